@@ -1,0 +1,19 @@
+"""Compile tier: every kernel compiles for sm_90 with the simulator off (catches typing errors the simulator
+misses). Runs in a subprocess because the simulator is chosen once per process, when numba is imported."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.compile
+def test_every_kernel_compiles_for_sm90():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    r = subprocess.run(
+        [sys.executable, "-m", "linattn_numba.compile_check"], env=env, capture_output=True, text=True, timeout=1500
+    )
+    tail = "\n".join((r.stdout + r.stderr).splitlines()[-40:])
+    assert r.returncode == 0, tail
+    assert "compiled" in r.stdout and "FAILED" not in r.stdout, tail
