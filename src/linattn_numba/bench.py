@@ -1,0 +1,395 @@
+"""``linattn-numba bench``: verify, then time, every rung and the peers side by side; write JSON.
+
+Method (siboehm/SGEMM_CUDA and llm.c's dev/cuda style):
+
+1. one set of random inputs per (shape, recurrence, dtype), shared by every rung and peer;
+2. every implementation is first checked against the float64 oracle on two whole heads (heads are independent, so
+   that is an exact check of those heads, and affordable at 8192 tokens); a failing one is recorded, not timed;
+3. warm-up, then CUDA-event timing of batches of launches (a batch lasts at least ~2 ms so launch overhead and
+   event resolution vanish), an L2 flush (a 256 MiB write) before every batch; median and 10/90 percentiles;
+4. achieved TFLOP/s and GB/s against the counted FLOPs of the recurrence (the same count for every
+   implementation: "effective" rates) and the fewest bytes any implementation must move;
+5. JSON with the device, versions, git sha and date; ``linattn-numba figures`` draws from it.
+
+Without a GPU it refuses: timings from the simulator mean nothing.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+STANDARD = (4, 8192, 16, 128, 128)  # B, T, H, K, V: the shape the anchor figures are quoted at
+DECODE = (256, 16, 128, 128)  # B, H, K, V of the decode step
+
+
+def counted_flops(recurrence: str, B, T, H, K, V) -> float:
+    """FLOPs of the recurrence by its definition (per token per head: update 2KV, output 2KV, decay KV, k.S 2KV)."""
+    per = 4 * K * V
+    if recurrence in ("decay", "gated_delta"):
+        per += K * V
+    if recurrence in ("delta", "gated_delta"):
+        per += 2 * K * V
+    return float(per) * B * T * H
+
+
+def counted_bytes(recurrence: str, B, T, H, K, V, itemsize=4, state_in=False, state_out=False) -> float:
+    """Fewest bytes any implementation moves: inputs read once, output written once (+ states if used)."""
+    n = B * T * H * (2 * K + V) * itemsize + B * T * H * V * 4
+    n += B * T * H * 4 * ((recurrence in ("decay", "gated_delta")) + (recurrence in ("delta", "gated_delta")))
+    n += (state_in + state_out) * B * H * K * V * 4
+    return float(n)
+
+
+def git_sha() -> str:
+    try:
+        here = os.path.dirname(os.path.abspath(__file__))
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10)
+        if sha.returncode == 0:
+            return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except Exception:  # noqa: BLE001
+        pass
+    return os.environ.get("LINATTN_GIT_SHA", "unknown")
+
+
+def device_info() -> dict:
+    from numba import cuda
+
+    dev = cuda.get_current_device()
+    name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
+    info = {"name": name, "compute_capability": list(dev.compute_capability),
+            "multiprocessors": int(dev.MULTIPROCESSOR_COUNT)}
+    try:
+        info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                        capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception:  # noqa: BLE001
+        info["driver"] = "unknown"
+    return info
+
+
+def versions() -> dict:
+    import numba
+    from importlib.metadata import version
+
+    from . import __version__, peers
+
+    out = {"linattn_numba": __version__, "numba": numba.__version__, "numpy": np.__version__,
+           "python": platform.python_version()}
+    try:
+        out["numba_cuda"] = version("numba-cuda")
+    except Exception:  # noqa: BLE001
+        out["numba_cuda"] = "?"
+    out.update(peers.versions())
+    return out
+
+
+class Progress:
+    """A one-line progress bar on stderr (no dependency)."""
+
+    def __init__(self, total: int, label: str = "bench"):
+        self.total, self.n, self.label, self.t0 = max(total, 1), 0, label, time.time()
+
+    def step(self, what: str):
+        self.n += 1
+        frac = self.n / self.total
+        bar = "#" * int(30 * frac)
+        el = time.time() - self.t0
+        eta = el / frac - el if frac else 0
+        sys.stderr.write(f"\r{self.label} [{bar:<30}] {self.n}/{self.total} {el:5.0f}s eta {eta:4.0f}s {what[:50]:<50}")
+        sys.stderr.flush()
+        if self.n >= self.total:
+            sys.stderr.write("\n")
+
+
+class Timer:
+    """CUDA-event timing of batched launches with an L2 flush before each batch."""
+
+    def __init__(self, flush_mib: int = 256):
+        from numba import cuda
+
+        self.cuda = cuda
+        self._flush = cuda.device_array(flush_mib * 2**18, dtype=np.float32)
+        self._fill = _fill_kernel()
+
+    def flush(self):
+        n = self._flush.size
+        self._fill[(n + 1023) // 1024, 1024](self._flush, np.float32(1.0))
+
+    def time(self, fn, min_batch_ms: float = 2.0, samples: int = 15, max_seconds: float = 20.0) -> dict:
+        cuda = self.cuda
+        fn()  # warm-up: compilation, module load, autotuning of peers
+        cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        cuda.synchronize()
+        est_ms = (time.perf_counter() - t0) * 1e3
+        inner = max(1, min(200, int(math.ceil(min_batch_ms / max(est_ms, 1e-3)))))
+        samples = max(3, min(samples, int(max_seconds * 1e3 / max(est_ms * inner, 1e-3))))
+        times = []
+        for _ in range(samples):
+            self.flush()
+            start, end = cuda.event(), cuda.event()
+            start.record()
+            for _ in range(inner):
+                fn()
+            end.record()
+            end.synchronize()
+            times.append(cuda.event_elapsed_time(start, end) / inner)
+        t = np.array(times)
+        return {"median_ms": float(np.median(t)), "p10_ms": float(np.percentile(t, 10)),
+                "p90_ms": float(np.percentile(t, 90)), "samples": int(samples), "batch": int(inner)}
+
+
+def _fill_kernel():
+    from numba import cuda
+
+    @cuda.jit
+    def fill(a, x):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] = x
+
+    return fill
+
+
+def check_heads(o, ht, inp, heads, recurrence_args) -> float:
+    """Relative error of ``o`` (and ``ht``) on the given (b, h) heads against the float64 oracle."""
+    from . import reference
+    from .testing import rel_err
+
+    q, k, v, g, beta, h0 = recurrence_args
+    worst = 0.0
+    for b, h in heads:
+        sl = lambda a: None if a is None else a[b:b + 1, :, h:h + 1]  # noqa: E731
+        o_ref, s_ref = reference.chunked(sl(q), sl(k), sl(v), sl(g), sl(beta),
+                                         initial_state=None if h0 is None else h0[b:b + 1, h:h + 1])
+        worst = max(worst, rel_err(o[b:b + 1, :, h:h + 1], o_ref))
+        if ht is not None:
+            worst = max(worst, rel_err(ht[b:b + 1, h:h + 1], s_ref))
+    return worst
+
+
+def _host(x):
+    if x is None:
+        return None
+    if hasattr(x, "copy_to_host"):
+        return x.copy_to_host()
+    return x.detach().float().cpu().numpy()  # torch
+
+
+def bench_shape(timer, shape, recurrence, rung_names, dtype=np.float32, peers=True, softmax=False, progress=None,
+                tol=2e-4):
+    """Verify and time every rung (and peer) on one shape/recurrence. Returns a list of records."""
+    from numba import cuda
+
+    from . import peers as peer_mod
+    from . import rungs
+    from .testing import make_inputs
+
+    B, T, H, K, V = shape
+    inp = make_inputs(B, T, H, K, V, recurrence, dtype=dtype, seed=0)
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    args = (d["q"], d["k"], d["v"], d["g"], d["beta"])
+    host_args = (inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], None)
+    heads = [(0, 0), (B - 1, H - 1)]
+    scale = K**-0.5
+    flops = counted_flops(recurrence, B, T, H, K, V)
+    nbytes = counted_bytes(recurrence, B, T, H, K, V, itemsize=np.dtype(dtype).itemsize)
+    o = cuda.device_array((B, T, H, V), np.float32)
+    ht = cuda.device_array((B, H, K, V), np.float32)
+    impls = []
+    for name in rung_names:
+        mod = rungs.module(name)
+        if (mod.MAX_K or K) < K or (mod.MAX_V or V) < V:
+            continue
+        impls.append((name, "rung", lambda mod=mod: mod.forward(*args, o, None, ht, scale, 64)))
+    if peers:
+        for name, fn in peer_mod.fla_peers(recurrence).items():
+            impls.append((name, "peer", lambda fn=fn: fn(*args, None, True)))
+        sm = peer_mod.softmax_peer() if softmax else None
+        if sm is not None:
+            impls.append(("torch_sdpa_causal", "peer", lambda: sm(*args)))
+    records = []
+    for name, kind, fn in impls:
+        rec = {"key": name, "kind": kind, "recurrence": recurrence if name != "torch_sdpa_causal" else "softmax",
+               "shape": dict(B=B, T=T, H=H, K=K, V=V), "dtype": np.dtype(dtype).name}
+        try:
+            res = fn()
+            cuda.synchronize()
+            if kind == "rung":
+                err = check_heads(o.copy_to_host(), ht.copy_to_host(), inp, heads, host_args)
+            elif name == "torch_sdpa_causal":
+                err = None  # a different function: nothing to check against the linear-attention oracle
+            else:
+                err = check_heads(_host(res[0]), _host(res[1]), inp, heads, host_args)
+            rec["rel_err"] = err
+            if err is not None and not err <= tol:
+                rec["error"] = f"failed the oracle check: rel err {err:.3g} > {tol:g}"
+            else:
+                rec.update(timer.time(fn))
+                if name != "torch_sdpa_causal":
+                    rec["tflops"] = flops / rec["median_ms"] / 1e9
+                    rec["gbps"] = nbytes / rec["median_ms"] / 1e6
+                else:
+                    rec["tflops"] = 2 * 2 * B * H * T * T / 2 * (K + V) / 2 / rec["median_ms"] / 1e9
+        except Exception as e:  # noqa: BLE001 - record and continue the sweep
+            rec["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        rec["counted_flops"], rec["counted_bytes"] = flops, nbytes
+        records.append(rec)
+        if progress:
+            progress.step(f"{name} {recurrence} T={T}")
+    return records
+
+
+def bench_step(timer, shape=DECODE, recurrence="gated_delta", peers=True):
+    """Decode step: B x H heads, one token, fp32 state in place. Reports GB/s against the state's read + write."""
+    from numba import cuda
+
+    from . import peers as peer_mod
+    from .rungs import r1_recurrent
+    from .testing import make_inputs
+
+    B, H, K, V = shape
+    inp = make_inputs(B, 1, H, K, V, recurrence, initial_state=True, seed=1)
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    state = cuda.to_device(inp["initial_state"])
+    o = cuda.device_array((B, 1, H, V), np.float32)
+    state_bytes = 2.0 * B * H * K * V * 4
+    out = []
+    # correctness of one step from the initial state (two heads against the oracle)
+    r1_recurrent.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, state, state, K**-0.5)
+    err = check_heads(o.copy_to_host(), state.copy_to_host(), inp, [(0, 0), (B - 1, H - 1)],
+                      (inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], inp["initial_state"]))
+    fn = lambda: r1_recurrent.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, state, state, K**-0.5)  # noqa
+    rec = {"key": "step", "kind": "rung", "recurrence": recurrence, "shape": dict(B=B, T=1, H=H, K=K, V=V),
+           "dtype": "float32", "rel_err": err, "state_bytes": state_bytes}
+    rec.update(timer.time(fn))
+    rec["gbps"] = state_bytes / rec["median_ms"] / 1e6
+    out.append(rec)
+    if peers:
+        for name, pf in peer_mod.fla_peers(recurrence).items():
+            if "fused_recurrent" not in name:
+                continue
+            h0 = cuda.to_device(inp["initial_state"])
+            r = {"key": name + "_step", "kind": "peer", "recurrence": recurrence,
+                 "shape": dict(B=B, T=1, H=H, K=K, V=V), "dtype": "float32", "state_bytes": state_bytes}
+            try:
+                r.update(timer.time(lambda: pf(d["q"], d["k"], d["v"], d["g"], d["beta"], h0, True)))
+                r["gbps"] = state_bytes / r["median_ms"] / 1e6
+            except Exception as e:  # noqa: BLE001
+                r["error"] = f"{type(e).__name__}: {e}"
+            out.append(r)
+    return out
+
+
+def bench_copy(timer, nbytes=2**30):
+    """Device-to-device copy bandwidth (bytes read + written), the memory roofline of this run."""
+    from numba import cuda
+
+    n = nbytes // 4
+    a = cuda.device_array(n, np.float32)
+    b = cuda.device_array(n, np.float32)
+    timer._fill[(n + 1023) // 1024, 1024](a, np.float32(2.0))
+    rec = {"key": "copy", "kind": "ceiling", "bytes": 2.0 * nbytes}
+    rec.update(timer.time(lambda: b.copy_to_device(a)))
+    rec["gbps"] = 2.0 * nbytes / rec["median_ms"] / 1e6
+    return rec
+
+
+def tune_recurrent(timer, shape=STANDARD, recurrence="gated_delta", configs=((1, 4), (2, 4), (2, 2), (4, 2), (2, 8))):
+    """Time r1 over (COLS, NW) choices at one shape: the record behind r1's DEFAULT_COLS / DEFAULT_NW."""
+    from numba import cuda
+
+    from .rungs import r1_recurrent
+    from .testing import make_inputs
+
+    B, T, H, K, V = shape
+    inp = make_inputs(B, T, H, K, V, recurrence, seed=2)
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    o = cuda.device_array((B, T, H, V), np.float32)
+    ht = cuda.device_array((B, H, K, V), np.float32)
+    out = []
+    for cols, nw in configs:
+        fn = lambda: r1_recurrent.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, None, ht, K**-0.5,  # noqa
+                                          cols=cols, nw=nw)
+        rec = {"key": "recurrent", "cols": cols, "nw": nw, "recurrence": recurrence,
+               "shape": dict(B=B, T=T, H=H, K=K, V=V)}
+        try:
+            fn()
+            cuda.synchronize()
+            rec["rel_err"] = check_heads(o.copy_to_host(), ht.copy_to_host(), inp, [(0, 0), (B - 1, H - 1)],
+                                         (inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], None))
+            rec.update(timer.time(fn, samples=7))
+        except Exception as e:  # noqa: BLE001
+            rec["error"] = f"{type(e).__name__}: {e}"
+        out.append(rec)
+    return out
+
+
+def run(args) -> dict:
+    from numba import cuda
+
+    from . import sim
+    from .reference import RECURRENCES
+    from .rungs import RUNGS
+
+    if sim.active() or not cuda.is_available():
+        raise SystemExit("linattn-numba bench needs a CUDA GPU: timings from the simulator mean nothing "
+                         "(unset NUMBA_ENABLE_CUDASIM and run on a GPU machine).")
+    rung_names = [r for r in (args.rungs.split(",") if args.rungs else RUNGS)]
+    recs = [r for r in (args.recurrences.split(",") if args.recurrences else RECURRENCES)]
+    shapes = [tuple(int(x) for x in s.split(",")) for s in args.shape] if args.shape else [STANDARD]
+    timer = Timer()
+    result = {"device": device_info(), "versions": versions(), "git_sha": git_sha(),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "records": []}
+    result["records"].append(bench_copy(timer))
+    total = len(shapes) * len(recs) * (len(rung_names) + 2) + (1 if args.step else 0)
+    prog = Progress(total)
+    for shape in shapes:
+        for rec in recs:
+            result["records"] += bench_shape(timer, shape, rec, rung_names, peers=not args.no_peers,
+                                             softmax=args.softmax and rec == recs[0], progress=prog)
+    if args.step:
+        result["records"] += bench_step(timer, peers=not args.no_peers)
+        prog.step("step")
+    if args.tune:
+        result["tune"] = tune_recurrent(timer)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    print_table(result)
+    print(f"wrote {args.out}")
+    return result
+
+
+def print_table(result):
+    copy = next((r for r in result["records"] if r["key"] == "copy"), None)
+    print(f"device: {result['device']['name']}  git {result['git_sha'][:12]}  "
+          f"copy {copy['gbps'] / 1e3:.2f} TB/s" if copy else "")
+    print(f"{'key':40s} {'recurrence':12s} {'shape':22s} {'ms':>10s} {'TFLOP/s':>8s} {'GB/s':>8s} {'rel err':>9s}")
+    for r in result["records"]:
+        if r["key"] == "copy":
+            continue
+        s = r.get("shape", {})
+        shp = "B{B} T{T} H{H} K{K} V{V}".format(**s) if s else ""
+        if "error" in r:
+            print(f"{r['key']:40s} {r.get('recurrence', ''):12s} {shp:22s} ERROR {r['error'][:60]}")
+            continue
+        err = r.get("rel_err")
+        print(f"{r['key']:40s} {r.get('recurrence', ''):12s} {shp:22s} {r['median_ms']:10.4f} "
+              f"{r.get('tflops', float('nan')):8.2f} {r.get('gbps', float('nan')):8.0f} "
+              f"{'' if err is None else format(err, '.1e'):>9s}")
+    for r in result.get("tune", []):
+        print(f"tune recurrent cols={r['cols']} nw={r['nw']}: "
+              f"{r.get('median_ms', float('nan')):.3f} ms {r.get('error', '')}")

@@ -1,0 +1,120 @@
+"""GPU tier: `pytest -m gpu tests/test_gpu.py` on a machine with a CUDA GPU (skipped everywhere else).
+
+Larger shapes than the simulator can afford, every rung x recurrence, float16 inputs, device-array interop with
+torch/CuPy when present, the device value check, and the decode step against the oracle.
+"""
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _need_gpu():
+    from numba import cuda
+
+    if not cuda.is_available():
+        pytest.skip("no CUDA GPU")
+
+
+def _oracle(inp):
+    from linattn_numba import reference
+
+    return reference.chunked(inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],
+                             initial_state=inp["initial_state"], chunk_size=64)
+
+
+SHAPES = [(2, 1000, 4, 128, 128), (1, 777, 3, 64, 96), (3, 1, 2, 128, 128), (1, 300, 2, 100, 40)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}T{}H{}K{}V{}".format(*s))
+@pytest.mark.parametrize("recurrence", ["plain", "decay", "delta", "gated_delta"])
+def test_every_rung_large(recurrence, shape):
+    from numba import cuda
+
+    import linattn_numba as la
+    from linattn_numba import rungs
+    from linattn_numba.testing import make_inputs, rel_err
+
+    inp = make_inputs(*shape, recurrence, initial_state=True, seed=sum(shape))
+    o_ref, h_ref = _oracle(inp)
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    B, T, H, K = inp["q"].shape
+    V = inp["v"].shape[3]
+    for rung in la.RUNGS:
+        mod = rungs.module(rung)
+        if mod.MAX_K is not None and K > mod.MAX_K:
+            continue
+        o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32))
+        ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32))
+        mod.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, K**-0.5, 64)
+        e_o, e_h = rel_err(o.copy_to_host(), o_ref), rel_err(ht.copy_to_host(), h_ref)
+        assert e_o <= 1e-4 and e_h <= 1e-4, f"{rung}: output {e_o:.2e}, state {e_h:.2e}"
+
+
+def test_float16_inputs_and_api_device_path():
+    from numba import cuda
+
+    import linattn_numba as la
+    from linattn_numba.testing import make_inputs, rel_err
+
+    inp = make_inputs(2, 513, 4, 128, 128, "gated_delta", dtype=np.float16, initial_state=True, seed=3)
+    o_ref, h_ref = _oracle(inp)
+    d = [None if inp[n] is None else cuda.to_device(inp[n]) for n in ("q", "k", "v", "g", "beta")]
+    for rung in la.RUNGS:
+        o, ht = la.attention(*d, initial_state=cuda.to_device(inp["initial_state"]), output_final_state=True,
+                             rung=rung)
+        assert rel_err(o.copy_to_host(), o_ref) <= 1e-4, rung
+        assert rel_err(ht.copy_to_host(), h_ref) <= 1e-4, rung
+
+
+def test_device_value_check_rejects_bad_gate():
+    from numba import cuda
+
+    import linattn_numba as la
+    from linattn_numba.testing import make_inputs
+
+    inp = make_inputs(1, 64, 2, 32, 32, "decay")
+    g = inp["g"].copy()
+    g[0, 17, 1] = 0.25
+    dq, dk, dv = (cuda.to_device(inp[n]) for n in ("q", "k", "v"))
+    with pytest.raises(ValueError, match="g has values above 0"):
+        la.attention(dq, dk, dv, cuda.to_device(g))
+    q = inp["q"].copy()
+    q[0, 3, 0, 5] = np.inf
+    with pytest.raises(ValueError, match="q has non-finite"):
+        la.attention(cuda.to_device(q), dk, dv)
+
+
+def test_step_matches_attention_on_gpu():
+    from numba import cuda
+
+    import linattn_numba as la
+    from linattn_numba.testing import make_inputs, rel_err
+
+    B, T, H, K, V = 8, 5, 4, 128, 128
+    inp = make_inputs(B, T, H, K, V, "gated_delta", initial_state=True, seed=9)
+    o_ref, h_ref = _oracle(inp)
+    state = cuda.to_device(inp["initial_state"])
+    outs = []
+    for t in range(T):
+        outs.append(la.step(state, inp["q"][:, t], inp["k"][:, t], inp["v"][:, t], inp["g"][:, t],
+                            inp["beta"][:, t]).copy_to_host())
+    assert rel_err(np.stack(outs, 1), o_ref) <= 1e-4
+    assert rel_err(state.copy_to_host(), h_ref) <= 1e-4
+
+
+def test_torch_interop_zero_copy_strided():
+    torch = pytest.importorskip("torch")
+    import linattn_numba as la
+    from linattn_numba.testing import make_inputs, rel_err
+
+    inp = make_inputs(2, 200, 3, 64, 64, "delta", seed=4)
+    # [B, H, T, K] tensors transposed to [B, T, H, K]: non-contiguous views, read in place
+    tq, tk, tv = (torch.tensor(inp[n]).cuda().transpose(1, 2).contiguous().transpose(1, 2) for n in "qkv")
+    tb = torch.tensor(inp["beta"]).cuda()
+    assert not tq.is_contiguous()
+    o, _ = la.attention(tq, tk, tv, None, tb)
+    o_ref, _ = _oracle(dict(inp, initial_state=None))
+    assert rel_err(torch.as_tensor(o, device="cuda").cpu().numpy(), o_ref) <= 1e-4
