@@ -233,8 +233,10 @@ def bench_shape(timer, shape, recurrence, rung_names, dtype=np.float32, peers=Tr
             else:
                 err = check_heads(_host(res[0]), _host(res[1]), inp, heads, host_args)
             rec["rel_err"] = err
-            if err is not None and not err <= tol:
-                rec["error"] = f"failed the oracle check: rel err {err:.3g} > {tol:g}"
+            # fla's chunk kernels compute their fp32 dots in TF32 (errors ~1e-3): peers get a TF32-level bound
+            limit = tol if kind == "rung" else 1e-2
+            if err is not None and not err <= limit:
+                rec["error"] = f"failed the oracle check: rel err {err:.3g} > {limit:g}"
             else:
                 rec.update(timer.time(fn))
                 if name != "torch_sdpa_causal":
@@ -306,7 +308,7 @@ def bench_copy(timer, nbytes=2**30):
     return rec
 
 
-def tune_recurrent(timer, shape=STANDARD, recurrence="gated_delta", configs=((1, 4), (2, 4), (2, 2), (4, 2), (2, 8))):
+def tune_recurrent(timer, shape=STANDARD, recurrence="gated_delta", configs=((1, 1), (2, 1), (1, 2), (2, 2), (1, 4), (2, 4))):
     """Time r1 over (COLS, NW) choices at one shape: the record behind r1's DEFAULT_COLS / DEFAULT_NW."""
     from numba import cuda
 

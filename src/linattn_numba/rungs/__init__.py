@@ -25,6 +25,7 @@ import importlib
 _MODULES = {
     "naive": "r0_naive",
     "recurrent": "r1_recurrent",
+    "chunked": "r2_chunked",
 }
 
 RUNGS = tuple(_MODULES)

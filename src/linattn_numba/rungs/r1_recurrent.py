@@ -70,6 +70,8 @@ def _kernel(R: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: boo
     WARP_COLS = GROUPS * COLS
     VB = NW * WARP_COLS  # value columns per block
     NT = NW * 32
+    ITER_KQ = (TC * KP + NT - 1) // NT  # staging trips per thread, compile-time constants
+    ITER_V = (TC * VB + NT - 1) // NT
 
     @cuda.jit
     def recurrent_kernel(q, k, v, g, beta, h0, ht, o, scale):
@@ -94,6 +96,7 @@ def _kernel(R: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: boo
         kr = cuda.local.array(R, float32)
         qr = cuda.local.array(R, float32)
         u = cuda.local.array(COLS, float32)
+        ps = cuda.local.array(4, float32)
 
         for r in range(R):
             i = r * NS + sl
@@ -105,26 +108,32 @@ def _kernel(R: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: boo
                         S[r, c] = h0[b, h, i, j]
 
         for t0 in range(0, T, TC):
-            # Stage TC tokens. Threads walk the tile row-major so consecutive threads read consecutive addresses.
-            for e in range(tid, TC * KP, NT):
+            # Stage TC tokens. Consecutive threads read consecutive addresses; the trip counts are compile-time
+            # constants and the loads unconditional (indices clamped, values masked after the load) so the
+            # compiler can issue a thread's loads back to back: the block pays one memory latency per tile,
+            # not one per element.
+            for it in range(ITER_KQ):
+                e = tid + it * NT
                 tt = e // KP
                 i = e % KP
                 t = t0 + tt
-                if t < T and i < K:
-                    ks[tt, i] = float32(k[b, t, h, i])
-                    qs[tt, i] = float32(q[b, t, h, i])
-                else:
-                    ks[tt, i] = float32(0.0)
-                    qs[tt, i] = float32(0.0)
-            for e in range(tid, TC * VB, NT):
+                tc = min(t, T - 1)
+                ic = min(i, K - 1)
+                kval = float32(k[b, tc, h, ic])
+                qval = float32(q[b, tc, h, ic])
+                if e < TC * KP:
+                    keep = t < T and i < K
+                    ks[tt, i] = kval if keep else float32(0.0)
+                    qs[tt, i] = qval if keep else float32(0.0)
+            for it in range(ITER_V):
+                e = tid + it * NT
                 tt = e // VB
                 jj = e % VB
                 t = t0 + tt
                 j = cuda.blockIdx.x * VB + jj
-                if t < T and j < V:
-                    vs[tt, jj] = float32(v[b, t, h, j])
-                else:
-                    vs[tt, jj] = float32(0.0)
+                vval = float32(v[b, min(t, T - 1), h, min(j, V - 1)])
+                if e < TC * VB:
+                    vs[tt, jj] = vval if (t < T and j < V) else float32(0.0)
             if tid < TC:
                 t = t0 + tid
                 if HAS_G:
@@ -133,50 +142,50 @@ def _kernel(R: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: boo
                     bs[tid] = float32(beta[b, t, h]) if t < T else float32(0.0)
             cuda.syncthreads()  # the staged tile is complete before any warp reads it
 
-            for tt in range(min(TC, T - t0)):
-                for r in range(R):
-                    kr[r] = ks[tt, r * NS + sl]
-                    qr[r] = qs[tt, r * NS + sl]
-                decay = float32(1.0)
-                if HAS_G:
-                    decay = gs[tt]
-                for c in range(COLS):
-                    if HAS_BETA:
-                        # k . S over this lane's rows, two partial sums to halve the dependent-add chain
-                        p0 = float32(0.0)
-                        p1 = float32(0.0)
-                        for r in range(0, R - 1, 2):
-                            p0 += kr[r] * S[r, c]
-                            p1 += kr[r + 1] * S[r + 1, c]
-                        if R % 2 == 1:
-                            p0 += kr[R - 1] * S[R - 1, c]
-                        kS = p0 + p1
-                        for s in range(LOG_NS):
-                            kS += cuda.shfl_xor_sync(FULL_MASK, kS, 1 << s)
-                        # k . (decay S) = decay (k . S): the decay is folded into the update below
-                        u[c] = bs[tt] * (vs[tt, jb + c] - decay * kS)
-                    else:
-                        u[c] = vs[tt, jb + c]
-                for c in range(COLS):
-                    p0 = float32(0.0)
-                    p1 = float32(0.0)
+            # Tokens in pairs (a constant inner trip count the compiler unrolls): token t+1's loads and k . S
+            # chain can then be scheduled under token t's q . S chain and shuffles. A padded token past T is an
+            # identity step (k = q = v = beta = 0, decay 1), so an odd tail needs no special case.
+            ntok = min(TC, T - t0)
+            for tp in range(0, ntok + (ntok & 1), 2):
+                for uu in range(2):
+                    tt = tp + uu
                     for r in range(R):
-                        if HAS_G:
-                            s_new = S[r, c] * decay + kr[r] * u[c]
+                        kr[r] = ks[tt, r * NS + sl]
+                        qr[r] = qs[tt, r * NS + sl]
+                    decay = float32(1.0)
+                    if HAS_G:
+                        decay = gs[tt]
+                    for c in range(COLS):
+                        if HAS_BETA:
+                            # k . S over this lane's rows in 4 independent partial sums (a 4x shorter chain)
+                            for pi in range(4):
+                                ps[pi] = float32(0.0)
+                            for r in range(R):
+                                ps[r % 4] += kr[r] * S[r, c]
+                            kS = (ps[0] + ps[1]) + (ps[2] + ps[3])
+                            for s in range(LOG_NS):
+                                kS += cuda.shfl_xor_sync(FULL_MASK, kS, 1 << s)
+                            # k . (decay S) = decay (k . S): the decay is folded into the update below
+                            u[c] = bs[tt] * (vs[tt, jb + c] - decay * kS)
                         else:
-                            s_new = S[r, c] + kr[r] * u[c]
-                        S[r, c] = s_new
-                        if r % 2 == 0:
-                            p0 += qr[r] * s_new
-                        else:
-                            p1 += qr[r] * s_new
-                    acc = p0 + p1
-                    for s in range(LOG_NS):
-                        acc += cuda.shfl_xor_sync(FULL_MASK, acc, 1 << s)
-                    j = col0 + c
-                    # every lane of the group holds the sum; lane slice c % NS writes column c
-                    if sl == c % NS and j < V:
-                        o[b, t0 + tt, h, j] = float32(scale) * acc
+                            u[c] = vs[tt, jb + c]
+                    for c in range(COLS):
+                        for pi in range(4):
+                            ps[pi] = float32(0.0)
+                        for r in range(R):
+                            if HAS_G:
+                                s_new = S[r, c] * decay + kr[r] * u[c]
+                            else:
+                                s_new = S[r, c] + kr[r] * u[c]
+                            S[r, c] = s_new
+                            ps[r % 4] += qr[r] * s_new
+                        acc = (ps[0] + ps[1]) + (ps[2] + ps[3])
+                        for s in range(LOG_NS):
+                            acc += cuda.shfl_xor_sync(FULL_MASK, acc, 1 << s)
+                        j = col0 + c
+                        # every lane of the group holds the sum; lane slice c % NS writes column c
+                        if sl == c % NS and j < V and t0 + tt < T:
+                            o[b, t0 + tt, h, j] = float32(scale) * acc
             cuda.syncthreads()  # every warp is done with the tile before the next stage overwrites it
 
         if HAS_HT:
@@ -188,6 +197,80 @@ def _kernel(R: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: boo
                         ht[b, h, i, j] = S[r, c]
 
     return recurrent_kernel
+
+
+SW = 4  # warps that split K in the decode-step kernel
+
+
+@functools.lru_cache(maxsize=None)
+def _step_kernel(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool):
+    """T = 1: the decode step. A different thread map from the sequence kernel, because at one token the work is
+    a copy of the state: lane -> value column (a warp reads 128 contiguous bytes of a state row per load), warp ->
+    a slab of ``RS`` rows, and the two dot products reduced across the ``SW`` warps through shared memory (two
+    barriers per token are nothing when there is one token). Each thread issues its ``RS`` state loads back to
+    back before any arithmetic, so the kernel streams the state at close to copy bandwidth."""
+
+    @cuda.jit
+    def step_kernel(q, k, v, g, beta, h0, ht, o, scale):
+        B, T, H, K = q.shape
+        V = v.shape[3]
+        bh = cuda.blockIdx.y
+        b = bh // H
+        h = bh % H
+        w = cuda.threadIdx.x // 32
+        lane = cuda.threadIdx.x % 32
+        j = cuda.blockIdx.x * 32 + lane
+        jc = min(j, V - 1)  # clamped so every load is in bounds; stores are masked
+        red_k = cuda.shared.array((SW, 32), float32)
+        red_q = cuda.shared.array((SW, 32), float32)
+        S = cuda.local.array(RS, float32)
+        kr = cuda.local.array(RS, float32)
+        qr = cuda.local.array(RS, float32)
+        for r in range(RS):
+            i = w * RS + r
+            ic = min(i, K - 1)
+            S[r] = float32(0.0)
+            if HAS_H0:
+                S[r] = h0[b, h, ic, jc]
+            kv = float32(k[b, 0, h, ic])
+            qv = float32(q[b, 0, h, ic])
+            kr[r] = kv if i < K else float32(0.0)  # rows >= K contribute nothing and are never stored
+            qr[r] = qv if i < K else float32(0.0)
+        decay = float32(1.0)
+        if HAS_G:
+            decay = float32(math.exp(float32(g[b, 0, h])))
+        vj = float32(v[b, 0, h, jc])
+        if HAS_BETA:
+            p = float32(0.0)
+            for r in range(RS):
+                p += kr[r] * S[r]
+            red_k[w, lane] = p
+            cuda.syncthreads()  # all SW partial sums of k . S[:, j] are in shared memory
+            kS = float32(0.0)
+            for ww in range(SW):
+                kS += red_k[ww, lane]
+            u = float32(beta[b, 0, h]) * (vj - decay * kS)
+        else:
+            u = vj
+        p = float32(0.0)
+        for r in range(RS):
+            s_new = S[r] * decay + kr[r] * u
+            S[r] = s_new
+            p += qr[r] * s_new
+        red_q[w, lane] = p
+        cuda.syncthreads()  # all SW partial sums of q . S[:, j] are in shared memory
+        if w == 0 and j < V:
+            acc = float32(0.0)
+            for ww in range(SW):
+                acc += red_q[ww, lane]
+            o[b, 0, h, j] = float32(scale) * acc
+        if HAS_HT:
+            for r in range(RS):
+                i = w * RS + r
+                if i < K and j < V:
+                    ht[b, h, i, j] = S[r]
+
+    return step_kernel
 
 
 def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW):
@@ -203,6 +286,12 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=
     V = v.shape[3]
     if K > MAX_K:
         raise ValueError(f"rung 'recurrent' supports K <= {MAX_K}, got K={K}")
+    if T == 1:
+        kern = _step_kernel(cdiv(K, SW), g is not None, beta is not None, h0 is not None, ht is not None)
+        kern[(cdiv(V, 32), B * H), SW * 32, stream](
+            q, k, v, or_dummy(g, 3), or_dummy(beta, 3), or_dummy(h0, 4), or_dummy(ht, 4), o, float32(scale)
+        )
+        return
     R, cols, nw = launch_config(K, V, cols, nw)
     kern = _kernel(R, cols, nw, g is not None, beta is not None, h0 is not None, ht is not None)
     vb = nw * GROUPS * cols
@@ -229,3 +318,6 @@ def compile_targets():
                     label = f"recurrent K={K} g={has_g} beta={has_beta} state={has_state} {dt.__name__}"
                     fn = _kernel(R, cols, nw, has_g, has_beta, has_state, has_state).py_func
                     yield label, fn, argtypes
+                    if dt is np.float32:
+                        step = _step_kernel(cdiv(K, SW), has_g, has_beta, has_state, has_state).py_func
+                        yield "step " + label, step, argtypes

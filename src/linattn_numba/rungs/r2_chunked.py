@@ -32,22 +32,22 @@ kernel     grid                        block         one thread ...
 gates      (ceil(B T H / 256),)        256           one token: sums g over its chunk up to itself (O(C) redundant
                                                      adds, but no scan and the whole GPU busy); h fastest
 scores     (NT, B H, n(n+1)/2)         (16, 16)      one entry (t, s) of a 16x16 tile of the lower triangle
-           n = C / 16                                (z = ti (ti+1)/2 + tj, tj <= ti); the textbook tiled matmul:
+           n = ⌈min(C,T)/16⌉                         (z = ti (ti+1)/2 + tj, tj <= ti); the textbook tiled matmul:
                                                      16-wide slabs of Q and K rows staged in shared memory
                                                      (coalesced along K), 16 FMAs per slab from shared
 wu         (NT, B H, ceil((K+V)/128))  128           one column of [W | U] in one chunk: C sequential rows,
                                                      row i reads Lkk[i, :i] (broadcast) and its own column
-state      (ceil(V / 32), B H)         (32, K/16)    one value column v (x, coalesced) and 16 rows of the state
+state      (ceil(V / 32), B H)         (32, ⌈K/16⌉)  one value column v (x, coalesced) and 16 rows of the state
                                                      (y) in registers; loops over all chunks. The delta rule's
                                                      W S_c sums over rows held by different threads: each thread
                                                      adds its partial sums into shared memory with atomics
 output     (NT, B H, ceil(V / 32))     (32, 8)       one value column v (x) and rows ty, ty + 8, ... of a chunk
 =========  ==========================  ============  ==========================================================
 
-Only the delta rule's state kernel synchronises inside a block (3 barriers per chunk), and only the scores
-kernel stages data in shared memory (2 barriers per 16-wide slab of K); the others read through the caches:
-their loads are either coalesced across the warp (consecutive v or d) or one address for the whole warp
-(a broadcast: q[t, d], k[t, d], w[t, d], aqk[t, s], lkk[i, m]).
+Two kernels synchronise inside a block: scores (2 barriers per 16-wide slab of K, around its shared Q and K
+slabs) and the delta rule's state kernel (3 barriers per chunk, around its shared V_new tile). The others use
+no shared memory and read through the caches: their loads are either coalesced across the warp (consecutive
+v or d) or one address for the whole warp (a broadcast: q[t, d], k[t, d], w[t, d], aqk[t, s], lkk[i, m]).
 
 Bytes and FLOPs at B=4, T=8192, H=16, K=V=128, C=64, float32 inputs (N = B T H = 524,288 token-heads,
 NT = 128 chunks; MiB moved to or from global memory once, not counting re-reads that hit L1/L2):
@@ -64,9 +64,15 @@ output     read q 256, h 512, aqk 128, v / V_new 256; write o 256 MiB   2 K V + 
 =========  ===========================================================  ============================
 
 (40 = the average number of key columns a row computes, whole 16-wide tiles of the lower triangle.)
+Summed, the gated delta rule moves about 4.8 GiB (1.4 ms at ~3.5 TB/s) and the decay recurrence about 3 GiB.
 Scratch at that size: b 2 MiB, aqk 128 MiB, lkk 128 MiB, w 256 MiB, u 256 MiB, h 512 MiB: 1.25 GiB for the
 gated delta rule, 642 MiB for the decay recurrence. The state buffer ``h`` dominates; later rungs avoid
 it (recompute S_c, or fuse the output into the state pass).
+
+Registers (ptxas for sm_90, C-contiguous inputs): gates 30, scores 32, wu 56, output 71-80, state 50-52
+(additive) and 88-90 (delta rule). The state kernel is compiled with ``launch_bounds=512`` (its largest
+block, K = 256): without it ptxas hoists the 16 row addresses out of the chunk loop and takes up to 190
+registers for strided inputs, too many for a 512-thread block. No kernel uses local memory.
 
 Numerics: gates, scores, solves and states accumulate in float32; float16 inputs are converted on load.
 The delta rule's ``W S_c`` partial sums are added with shared-memory atomics, so their summation order,
@@ -79,7 +85,10 @@ import functools
 import math
 
 import numpy as np
-from numba import cuda, float32, types
+from numba import config, cuda, float32, types
+
+from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
+from ..reference import RECURRENCES
 
 NAME = "chunked"
 MAX_K = 256  # state kernel: K / KR = 16 rows of threads of 32 -> 512 threads a block
@@ -91,6 +100,7 @@ TILE = 16  # scores: 16x16 output tile per block, K consumed in 16-wide slabs; C
 TILE_PAD = TILE + 1  # shared-array shapes must be literal constants (Numba does not fold TILE + 1 there)
 BV = 32  # value columns per block in the state and output kernels (one warp wide)
 KR = 16  # state rows held in registers by one state-kernel thread
+STATE_MAX_THREADS = BV * (MAX_K // KR)  # 512
 OUT_ROWS = 8  # output kernel: rows of threads (each walks rows ty, ty + 8, ... of its chunk)
 WU_THREADS = 128  # wu kernel: columns of [W | U] per block
 GATES_THREADS = 256
@@ -239,10 +249,11 @@ def _state_kernel(has_g: bool, delta: bool, has_h0: bool, has_ht: bool):
         vcol = cuda.blockIdx.x * BV + tx
         vok = vcol < V
         r0 = ty * KR
+        nrows = min(KR, K - r0)  # rows r0 .. r0 + nrows - 1 of the state are this thread's
         S = cuda.local.array(KR, float32)  # constant size, constant-trip loops: lives in registers
         for i in range(KR):
             S[i] = float32(0.0)
-            if has_h0 and vok and r0 + i < K:
+            if has_h0 and vok and i < nrows:
                 S[i] = h0[b, h, r0 + i, vcol]
         vnew = cuda.shared.array((C_MAX, BV), float32)  # delta rule: V_new of the chunk, columns of the block
         for c in range(NT):
@@ -250,7 +261,7 @@ def _state_kernel(has_g: bool, delta: bool, has_h0: bool, has_ht: bool):
             n = min(chunk, T - t0)
             if vok:
                 for i in range(KR):
-                    if r0 + i < K:
+                    if i < nrows:
                         hbuf[b, c, h, r0 + i, vcol] = S[i]
             if delta:
                 # V_new[t] = U[t] - sum_r W[t, r] S[r]: the sum runs over rows held by all nty threads of the
@@ -261,7 +272,7 @@ def _state_kernel(has_g: bool, delta: bool, has_h0: bool, has_ht: bool):
                 for t in range(n):
                     p = float32(0.0)
                     for i in range(KR):
-                        if r0 + i < K:
+                        if i < nrows:
                             p += w[b, t0 + t, h, r0 + i] * S[i]
                     cuda.atomic.add(vnew, (t, tx), -p)
                 cuda.syncthreads()
@@ -280,16 +291,20 @@ def _state_kernel(has_g: bool, delta: bool, has_h0: bool, has_ht: bool):
                     if has_g:
                         x *= math.exp(b_last - bcum[b, t0 + t, h])  # gamma_C / gamma_t
                     for i in range(KR):
-                        if r0 + i < K:
+                        if i < nrows:
                             S[i] += float32(k[b, t0 + t, h, r0 + i]) * x
             if delta:
                 cuda.syncthreads()  # the next chunk overwrites vnew
         if has_ht and vok:
             for i in range(KR):
-                if r0 + i < K:
+                if i < nrows:
                     ht[b, h, r0 + i, vcol] = S[i]
 
-    return cuda.jit(state)
+    if config.ENABLE_CUDASIM:  # the simulator's cuda.jit takes no launch_bounds
+        return cuda.jit(state)
+    # Declaring the largest block (K = MAX_K: 512 threads) caps ptxas at 128 registers a thread, so that the
+    # launch cannot fail for lack of registers (float32 C-contiguous inputs need 96-128; strided ones more).
+    return cuda.jit(state, launch_bounds=STATE_MAX_THREADS)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -330,103 +345,77 @@ def _output_kernel(has_g: bool, delta: bool):
 # ----------------------------------------------------------------------------------------------------------
 # launching
 # ----------------------------------------------------------------------------------------------------------
-_dummies: dict = {}
-
-
-def _dummy(ndim: int):
-    """A cached [1] * ndim float32 device array standing in for an absent array (a fixed kernel signature)."""
-    if ndim not in _dummies:
-        _dummies[ndim] = cuda.to_device(np.zeros((1,) * ndim, np.float32))
-    return _dummies[ndim]
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0):
-    """Launch the pipeline of the module docstring (see the rung contract in :mod:`linattn_numba.rungs`)."""
+    """Launch the pipeline of the module docstring (the rung contract: :mod:`linattn_numba.rungs`).
+
+    Scratch buffers are allocated per call (sizes in the module docstring). ``h0`` and ``ht`` may be the same
+    array: each state-kernel thread reads its elements of ``h0`` before the chunk loop and writes the same
+    elements of ``ht`` after it.
+    """
     B, T, H, K = q.shape
     V = v.shape[3]
-    chunk = int(chunk_size)
-    if chunk not in CHUNK_SIZES:
+    if chunk_size not in CHUNK_SIZES:
         raise ValueError(f"rung {NAME!r}: chunk_size must be one of {CHUNK_SIZES}, got {chunk_size!r}")
     if K > MAX_K:
-        raise ValueError(f"rung {NAME!r} supports K <= {MAX_K}, got K = {K}")
+        raise ValueError(f"rung {NAME!r} supports K <= {MAX_K}, got K={K}")
+    C = int(chunk_size)
     has_g, delta = g is not None, beta is not None
-    NT = _cdiv(T, chunk)
-    if B * H == 0 or V == 0 or (T == 0 and ht is None):
+    NT = cdiv(T, C)
+    BH = B * H
+    if BH == 0 or V == 0:
         return
-    if K == 0:
-        raise ValueError(f"rung {NAME!r} needs K >= 1")
-    d3, d4, d5 = _dummy(3), _dummy(4), _dummy(5)
-    f32 = np.float32
 
     def scratch(*shape):
-        return cuda.device_array(shape, f32, stream=stream)
+        return cuda.device_array(shape, np.float32, stream=stream)
 
-    bcum = scratch(B, T, H) if has_g and T > 0 else d3
-    hbuf = scratch(B, NT, H, K, V) if T > 0 else cuda.device_array((B, 0, H, K, V), f32, stream=stream)
+    bcum = scratch(B, T, H) if has_g else or_dummy(None, 3)  # 1. in-chunk cumulative gates
+    aqk = scratch(B, T, H, C)  # 2. decayed scores Q K^T ⊙ Gamma (row t, in-chunk column s)
+    lkk = scratch(B, T, H, C) if delta else or_dummy(None, 4)  # 2. strictly lower L of the delta rule
+    w = scratch(B, T, H, K) if delta else or_dummy(None, 4)  # 3. W
+    u = scratch(B, T, H, V) if delta else or_dummy(None, 4)  # 3. U, then (4.) V_new in place
+    hbuf = scratch(B, NT, H, K, V)  # 4. the starting state of every chunk
     if T > 0:
         if has_g:
-            _gates_kernel()[_cdiv(B * T * H, GATES_THREADS), GATES_THREADS, stream](g, bcum, chunk)
-        aqk = scratch(B, T, H, chunk)
-        lkk = scratch(B, T, H, chunk) if delta else d4
-        nsub = chunk // TILE
-        _scores_kernel(has_g, delta)[(NT, B * H, nsub * (nsub + 1) // 2), (TILE, TILE), stream](
-            q, k, bcum, beta if delta else d3, aqk, lkk, chunk
+            _gates_kernel()[cdiv(B * T * H, GATES_THREADS), GATES_THREADS, stream](g, bcum, C)
+        nsub = cdiv(min(C, T), TILE)  # 16-row tiles per chunk (fewer when the whole sequence is one short chunk)
+        _scores_kernel(has_g, delta)[(NT, BH, nsub * (nsub + 1) // 2), (TILE, TILE), stream](
+            q, k, bcum, or_dummy(beta, 3), aqk, lkk, C
         )
         if delta:
-            w, u = scratch(B, T, H, K), scratch(B, T, H, V)
-            _wu_kernel(has_g)[(NT, B * H, _cdiv(K + V, WU_THREADS)), WU_THREADS, stream](
-                k, v, bcum, beta, lkk, w, u, chunk
-            )
-        else:
-            w, u = d4, d4
-    else:
-        w, u = d4, d4
-    _state_kernel(has_g, delta, h0 is not None, ht is not None)[(_cdiv(V, BV), B * H), (BV, _cdiv(K, KR)), stream](
-        k, v, w, u, bcum, d4 if h0 is None else h0, d4 if ht is None else ht, hbuf, chunk
-    )
+            _wu_kernel(has_g)[(NT, BH, cdiv(K + V, WU_THREADS)), WU_THREADS, stream](k, v, bcum, beta, lkk, w, u, C)
+    if K > 0 and (T > 0 or ht is not None):  # with T = 0 this only copies h0 (or zeros) to ht
+        _state_kernel(has_g, delta, h0 is not None, ht is not None)[(cdiv(V, BV), BH), (BV, cdiv(K, KR)), stream](
+            k, v, w, u, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hbuf, C
+        )
     if T > 0:
-        _output_kernel(has_g, delta)[(NT, B * H, _cdiv(V, BV)), (BV, OUT_ROWS), stream](
-            q, v, u, bcum, aqk, hbuf, o, f32(scale), chunk
+        _output_kernel(has_g, delta)[(NT, BH, cdiv(V, BV)), (BV, OUT_ROWS), stream](
+            q, v, u, bcum, aqk, hbuf, o, np.float32(scale), C
         )
 
 
 def compile_targets():
-    """``(label, py_func, argtypes)`` for every kernel variant: 4 recurrences x float32 / float16 inputs, and
-    the state kernel also with / without h0 and ht."""
-    f32 = types.float32
-    chunk = types.int64
-
-    def arr(dt, nd, layout="A"):
-        return types.Array(dt, nd, layout)
-
-    yield "gates", _gates_kernel().py_func, (arr(f32, 3), arr(f32, 3, "C"), chunk)
-    for name, dt in (("f32", types.float32), ("f16", types.float16)):
-        x4 = arr(dt, 4)
-        s3, s4, s5 = arr(f32, 3, "C"), arr(f32, 4, "C"), arr(f32, 5, "C")
-        for rec, has_g, delta in (
-            ("plain", False, False),
-            ("decay", True, False),
-            ("delta", False, True),
-            ("gated_delta", True, True),
-        ):
-            tag = f"{rec},{name}"
-            beta_t = arr(f32, 3) if delta else s3
+    """``(label, py_func, argtypes)`` for every kernel variant: the 4 recurrences x float32 / float16 inputs,
+    and the state kernel also with / without h0 and ht. Inputs have layout "A" (callers may pass strided
+    views); the scratch buffers and the stand-ins for absent arrays are C-contiguous float32."""
+    f32, chunk = types.float32, types.int64
+    s3, s4, s5 = (array_type(np.float32, n, "C") for n in (3, 4, 5))
+    yield "gates", _gates_kernel().py_func, (array_type(np.float32, 3), s3, chunk)
+    for dtype in INPUT_DTYPES:
+        x4 = array_type(dtype, 4)
+        for rec, (has_g, delta) in zip(RECURRENCES, FLAG_COMBOS):
+            tag = f"{rec},{np.dtype(dtype).name}"
+            beta_t = array_type(np.float32, 3) if delta else s3
             yield f"scores[{tag}]", _scores_kernel(has_g, delta).py_func, (x4, x4, s3, beta_t, s4, s4, chunk)
             if delta:
                 yield f"wu[{tag}]", _wu_kernel(has_g).py_func, (x4, x4, s3, beta_t, s4, s4, s4, chunk)
             for has_h0 in (False, True):
                 for has_ht in (False, True):
-                    h0_t = arr(f32, 4) if has_h0 else s4
-                    ht_t = arr(f32, 4) if has_ht else s4
+                    h0_t = array_type(np.float32, 4) if has_h0 else s4
+                    ht_t = array_type(np.float32, 4) if has_ht else s4
                     yield (
                         f"state[{tag},h0={int(has_h0)},ht={int(has_ht)}]",
                         _state_kernel(has_g, delta, has_h0, has_ht).py_func,
                         (x4, x4, s4, s4, s3, h0_t, ht_t, s5, chunk),
                     )
-            yield f"output[{tag}]", _output_kernel(has_g, delta).py_func, (
-                x4, x4, s4, s3, s4, s5, arr(f32, 4), f32, chunk
-            )
+            o_t = array_type(np.float32, 4)
+            yield f"output[{tag}]", _output_kernel(has_g, delta).py_func, (x4, x4, s4, s3, s4, s5, o_t, f32, chunk)
