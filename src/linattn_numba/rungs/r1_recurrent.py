@@ -65,7 +65,10 @@ DEFAULT_NW = 4
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(R: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool):
+def _kernel(R: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool,
+            TC: int = TC, NS: int = NS):
+    LOG_NS = NS.bit_length() - 1
+    GROUPS = 32 // NS
     KP = R * NS  # K padded to a multiple of NS: rows >= K are zeros in k/q and in the state
     WARP_COLS = GROUPS * COLS
     VB = NW * WARP_COLS  # value columns per block
@@ -273,14 +276,15 @@ def _step_kernel(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: boo
     return step_kernel
 
 
-def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW):
+def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW, ns: int = NS):
     """``(R, COLS, NW)`` for a shape: rows per lane, columns per lane, warps per block (fewer for narrow V)."""
-    R = cdiv(K, NS)
-    nw = max(1, min(nw, cdiv(V, GROUPS * cols)))
+    R = cdiv(K, ns)
+    nw = max(1, min(nw, cdiv(V, (32 // ns) * cols)))
     return R, cols, nw
 
 
-def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=DEFAULT_COLS, nw=DEFAULT_NW):
+def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=DEFAULT_COLS, nw=DEFAULT_NW,
+            tc=TC, ns=NS):
     """Launch r1 (see the rung contract in :mod:`linattn_numba.rungs`). ``h0`` and ``ht`` may alias."""
     B, T, H, K = q.shape
     V = v.shape[3]
@@ -292,9 +296,9 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=
             q, k, v, or_dummy(g, 3), or_dummy(beta, 3), or_dummy(h0, 4), or_dummy(ht, 4), o, float32(scale)
         )
         return
-    R, cols, nw = launch_config(K, V, cols, nw)
-    kern = _kernel(R, cols, nw, g is not None, beta is not None, h0 is not None, ht is not None)
-    vb = nw * GROUPS * cols
+    R, cols, nw = launch_config(K, V, cols, nw, ns)
+    kern = _kernel(R, cols, nw, g is not None, beta is not None, h0 is not None, ht is not None, tc, ns)
+    vb = nw * (32 // ns) * cols
     grid = (cdiv(V, vb), B * H)
     kern[grid, nw * 32, stream](
         q, k, v, or_dummy(g, 3), or_dummy(beta, 3), or_dummy(h0, 4), or_dummy(ht, 4), o, float32(scale)
