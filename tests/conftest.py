@@ -6,7 +6,6 @@ imports nothing from numba or the package itself at module level.
 """
 
 import os
-import sys
 
 
 def _gpu_tier(config) -> bool:
@@ -19,5 +18,7 @@ def pytest_configure(config):
         os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
     else:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-        # Simulated threads are Python threads: a short switch interval makes barriers and shuffles cheap.
-        sys.setswitchinterval(5e-4)
+        import linattn_numba.sim
+
+        # warp intrinsics, event-driven barriers, shared-array fixes: before any test defines a kernel
+        linattn_numba.sim.install()

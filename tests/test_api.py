@@ -145,7 +145,9 @@ def test_rung_selection():
         la.attention(inp["q"], inp["k"], inp["v"], rung="fastest")
     assert la.RUNGS[:2] == ("naive", "recurrent")
     assert la.auto_rung(64, 64, 64) in la.RUNGS
-    assert la.auto_rung(64, 256, 64) == "naive"  # beyond r1's register budget
+    assert la.auto_rung(64, 64, 64) == "recurrent"
+    assert la.auto_rung(64, 256, 64) == "chunked"  # beyond r1's register budget
+    assert la.auto_rung(64, 512, 64) == "naive"
     big_k = make_inputs(1, 3, 1, 160, 4, "plain")
     with pytest.raises(ValueError, match="supports K <= 128"):
         la.attention(big_k["q"], big_k["k"], big_k["v"], rung="recurrent")

@@ -14,17 +14,32 @@ Quick start::
 
 Public names: :func:`attention`, :func:`step`, :data:`RUNGS`, :func:`auto_rung`, the oracles in
 :mod:`linattn_numba.reference`, and the simulator extension :mod:`linattn_numba.sim`.
+
+Importing the package does not import numba: the names above load on first use. That keeps the choice of the
+CUDA simulator open until then (``linattn_numba.sim.enable()``, the CLI's automatic switch when there is no GPU).
 """
 
 from . import sim
 
-# Under Numba's CUDA simulator, install the project's fixes and warp intrinsics before any kernel is defined.
-if sim.active():
-    sim.install()
-
-from . import reference  # noqa: E402
-from .api import attention, auto_rung, step  # noqa: E402
-from .rungs import RUNGS  # noqa: E402
-
 __version__ = "0.1.0"
 __all__ = ["attention", "step", "auto_rung", "RUNGS", "reference", "sim", "__version__"]
+
+_LAZY = {"attention": "api", "step": "api", "auto_rung": "api", "RUNGS": "rungs"}
+
+
+def __getattr__(name):
+    import importlib
+
+    if name in _LAZY:
+        if sim.active():  # the project's simulator fixes and warp intrinsics, before any kernel is defined
+            sim.install()
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    if name == "reference":
+        return importlib.import_module(f"{__name__}.reference")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | {"reference"})

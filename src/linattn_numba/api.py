@@ -212,11 +212,13 @@ def _rung_module(rung, K, V, T, chunk_size):
 def auto_rung(T: int, K: int, V: int) -> str:
     """The rung ``rung="auto"`` uses for a shape: the fastest correct landed rung, from the H200 measurements.
 
-    ``recurrent`` (r1) for K <= 128 -- ahead of r0 by one to two orders of magnitude at every measured shape --
+    At B4 T8192 H16 K=V=128 (figures/data) r1 ``recurrent`` runs 9-11 ms, r2 ``chunked`` 25-42 ms and r0
+    ``naive`` 126-218 ms for the four recurrences. So: ``recurrent`` for K <= 128, ``chunked`` for K <= 256,
     else ``naive`` (any K).
     """
-    if K <= rungs.module("recurrent").MAX_K:
-        return "recurrent"
+    for name in ("recurrent", "chunked"):
+        if name in RUNGS and K <= rungs.module(name).MAX_K:
+            return name
     return "naive"
 
 

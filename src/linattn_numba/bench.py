@@ -365,6 +365,31 @@ def tune_recurrent(timer, shape=STANDARD, recurrence="gated_delta", configs=TUNE
     return out
 
 
+def tune_step(timer, shape=DECODE, recurrence="gated_delta", sws=(2, 4, 8, 16)):
+    """Time the decode-step kernel over SW (warps splitting K): the record behind r1's SW."""
+    from numba import cuda
+
+    from .rungs import r1_recurrent
+    from .testing import make_inputs
+
+    B, H, K, V = shape
+    inp = make_inputs(B, 1, H, K, V, recurrence, initial_state=True, seed=3)
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    o = cuda.device_array((B, 1, H, V), np.float32)
+    st = d["initial_state"]
+    out = []
+    for sw in sws:
+        rec = {"key": "step", "sw": sw, "recurrence": recurrence, "shape": dict(B=B, T=1, H=H, K=K, V=V)}
+        try:
+            rec.update(timer.time(lambda: r1_recurrent.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, st, st,
+                                                               K**-0.5, sw=sw)))
+            rec["gbps"] = 2.0 * B * H * K * V * 4 / rec["median_ms"] / 1e6
+        except Exception as e:  # noqa: BLE001
+            rec["error"] = f"{type(e).__name__}: {e}"
+        out.append(rec)
+    return out
+
+
 def run(args) -> dict:
     from numba import cuda
 
@@ -393,7 +418,7 @@ def run(args) -> dict:
         result["records"] += bench_step(timer, peers=not args.no_peers)
         prog.step("step")
     if args.tune:
-        result["tune"] = tune_recurrent(timer)
+        result["tune"] = tune_recurrent(timer) + tune_step(timer)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
@@ -420,5 +445,5 @@ def print_table(result):
               f"{r.get('tflops', float('nan')):8.2f} {r.get('gbps', float('nan')):8.0f} "
               f"{'' if err is None else format(err, '.1e'):>9s}")
     for r in result.get("tune", []):
-        print(f"tune recurrent cols={r['cols']} nw={r['nw']} tc={r['tc']} ns={r['ns']}: "
-              f"{r.get('median_ms', float('nan')):.3f} ms {r.get('error', '')}")
+        knobs = " ".join(f"{k}={r[k]}" for k in ("cols", "nw", "tc", "ns", "sw") if k in r)
+        print(f"tune {r['key']} {knobs}: {r.get('median_ms', float('nan')):.3f} ms {r.get('error', '')}")

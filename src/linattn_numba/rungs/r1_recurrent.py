@@ -5,22 +5,23 @@ What changed from r0 ``naive`` and why
     only ``B * H * V`` threads. r1 reads the state once at the start and writes it once at the end; in between it
     lives in registers, spread so that no thread holds too much of it:
 
-    * ``NS = 4`` lanes share one value column, each holding every 4th row of it (lane slice ``s`` holds rows
-      ``s, s + 4, s + 8, ...``: ``R = ceil(K / 4)`` rows, 32 registers at K = 128). The dot products ``k . S[:, j]``
-      and ``q . S[:, j]`` become ``R`` FMAs per lane plus a two-step butterfly (``shfl_xor_sync`` by 1 and 2) across
-      the four lanes -- every lane ends with the full sum, so ``u_j`` needs no broadcast.
+    * ``NS = 8`` lanes share one value column, each holding every 8th row of it (lane slice ``s`` holds rows
+      ``s, s + 8, s + 16, ...``: ``R = ceil(K / 8)`` rows, 16 registers at K = 128). The dot products ``k . S[:, j]``
+      and ``q . S[:, j]`` become ``R`` FMAs per lane plus a three-step butterfly (``shfl_xor_sync`` by 1, 2, 4)
+      across the eight lanes -- every lane ends with the full sum, so ``u_j`` needs no broadcast.
     * each lane holds ``COLS`` value columns, so each ``k``/``q`` element it loads from shared memory feeds ``COLS``
       FMAs (the ratio of shared loads to FMAs is ``1 : 2 COLS``).
-    * the block stages ``TC`` tokens of ``q``, ``k`` (zero-padded to ``4 R`` rows, so the hot loop has no bounds
+    * the block stages ``TC`` tokens of ``q``, ``k`` (zero-padded to ``NS R`` rows, so the hot loop has no bounds
       checks), ``v``, ``exp(g)`` and ``beta`` into shared memory with coalesced loads, behind one barrier -- instead
       of every thread fetching the same ``q_t``/``k_t`` from global memory.
     * the gated delta rule is rearranged so the decay costs nothing extra: ``k . (γ S) = γ (k . S)``, then
       ``S <- γ S + k u`` is one multiply and one FMA per element, against r0's separate decay pass.
 
 Thread map
-    grid ``(ceil(V / (NW * 32 / NS * COLS)), B * H)``; block ``NW`` warps. Lane ``l`` of warp ``w``: slice
-    ``s = l % 4`` and column group ``l // 4``; it owns columns ``[col0, col0 + COLS)`` with
-    ``col0 = x * VB + w * (8 * COLS) + (l // 4) * COLS`` and rows ``s, s + 4, ...`` of them.
+    grid ``(ceil(V / VB), B * H)`` with ``VB = NW * (32 / NS) * COLS`` columns per block; block ``NW`` warps.
+    Lane ``l`` of warp ``w``: slice ``s = l % NS`` and column group ``l // NS``; it owns columns
+    ``[col0, col0 + COLS)`` with ``col0 = x * VB + w * (32 / NS) * COLS + (l // NS) * COLS`` and rows
+    ``s, s + NS, ...`` of them.
 
 Cost per token (per head)
     FLOPs: ``2 K V`` (update) + ``2 K V`` (output) + ``2 K V`` (delta rule's ``k.S``) + ``K V`` (decay multiply).
@@ -29,9 +30,10 @@ Cost per token (per head)
     rung is bound by issuing FMAs and shared loads on a sequential chain of tokens, not by memory.
 
 The decode ``step``
-    With T = 1 the same kernel is the decode step: the state is read once from global memory and written once
-    (``h0`` and ``ht`` may be the same array: every thread reads exactly the elements it later writes, before the
-    token loop). That makes the step a copy of the state plus arithmetic, and its roofline the copy bandwidth.
+    With T = 1 (the decode step) ``forward`` launches ``_step_kernel`` instead: the state is read once from global
+    memory and written once (``h0`` and ``ht`` may be the same array: every thread reads exactly the elements it
+    later writes), with a thread map made for streaming (lane -> column, warps split K, reductions through shared
+    memory). The step is a copy of the state plus arithmetic, and its roofline the copy bandwidth.
 
 What the next rung changes
     r2 ``chunked`` stops walking token by token: a chunk of tokens becomes matrix products, parallel inside the
@@ -53,15 +55,16 @@ MAX_K = 128  # 32 state rows per lane and column in registers; beyond that they 
 MAX_V = None  # value columns are tiled across blocks
 CHUNK_SIZES = None  # token by token: chunk_size is not used
 
-NS = 4  # lanes that split one value column's K rows (a reduction costs log2(NS) = 2 shuffles)
-LOG_NS = 2
+# Launch shape, tuned on the H200 at B4 T8192 H16 K=V=128 gated delta (the bench's "tune" records, e.g.
+# figures/data/h200_ladder.json): NS=8, COLS=1, NW=4 ran 9.1 ms against 10.9 ms for NS=4, COLS=2 -- the kernel is
+# latency bound at one or two warps per scheduler (ncu: 3.25 cycles per issued instruction, 43% of stalls on
+# shared-memory loads), so the variant with the most warps in flight and the shortest per-lane chains wins.
+NS = 8  # lanes that split one value column's K rows (a reduction costs log2(NS) = 3 shuffles)
 GROUPS = 32 // NS  # column groups per warp
 TC = 32  # tokens staged per pair of barriers: amortises each barrier over TC tokens of work
 FULL_MASK = 0xFFFFFFFF
-
-# (COLS, NW): value columns per lane and warps per block. Tuned on the H200 (see tune_table in the bench JSON).
-DEFAULT_COLS = 2
-DEFAULT_NW = 4
+DEFAULT_COLS = 1  # value columns per lane
+DEFAULT_NW = 4  # warps per block
 
 
 @functools.lru_cache(maxsize=None)
@@ -206,7 +209,7 @@ SW = 4  # warps that split K in the decode-step kernel
 
 
 @functools.lru_cache(maxsize=None)
-def _step_kernel(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool):
+def _step_kernel(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool, SW: int = SW):
     """T = 1: the decode step. A different thread map from the sequence kernel, because at one token the work is
     a copy of the state: lane -> value column (a warp reads 128 contiguous bytes of a state row per load), warp ->
     a slab of ``RS`` rows, and the two dot products reduced across the ``SW`` warps through shared memory (two
@@ -284,15 +287,15 @@ def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW
 
 
 def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=DEFAULT_COLS, nw=DEFAULT_NW,
-            tc=TC, ns=NS):
+            tc=TC, ns=NS, sw=SW):
     """Launch r1 (see the rung contract in :mod:`linattn_numba.rungs`). ``h0`` and ``ht`` may alias."""
     B, T, H, K = q.shape
     V = v.shape[3]
     if K > MAX_K:
         raise ValueError(f"rung 'recurrent' supports K <= {MAX_K}, got K={K}")
     if T == 1:
-        kern = _step_kernel(cdiv(K, SW), g is not None, beta is not None, h0 is not None, ht is not None)
-        kern[(cdiv(V, 32), B * H), SW * 32, stream](
+        kern = _step_kernel(cdiv(K, sw), g is not None, beta is not None, h0 is not None, ht is not None, sw)
+        kern[(cdiv(V, 32), B * H), sw * 32, stream](
             q, k, v, or_dummy(g, 3), or_dummy(beta, 3), or_dummy(h0, 4), or_dummy(ht, 4), o, float32(scale)
         )
         return
