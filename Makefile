@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast test-gpu compile-check notebooks bench figures clean
+.PHONY: demo test test-fast test-gpu compile-check notebooks bench figures grade clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,18 @@ test-gpu: $(STAMP)
 
 compile-check: $(STAMP)
 	$(BIN)/linattn-numba compile-check
+
+# Notebooks as .ipynb for people who want them (the percent-format .py files are the source of truth).
+notebooks: $(STAMP)
+	$(BIN)/jupytext --to _build//ipynb notebooks/*.py
+
+# Figures and the README results table, from the committed H200 JSON in figures/data.
+figures: $(STAMP)
+	$(BIN)/linattn-numba figures
+
+# Grade an assignment: make grade FILE=exercises/r1_recurrent.py
+grade: $(STAMP)
+	$(BIN)/linattn-numba grade $(FILE)
 
 bench: $(STAMP)
 	$(BIN)/linattn-numba bench --step --softmax

@@ -137,6 +137,15 @@ def main(argv=None) -> int:
     b.add_argument("--out", default="figures/data/bench.json", help="JSON output path")
     c = sub.add_parser("compile-check", help="compile every kernel for sm_90 (no GPU needed)")
     c.add_argument("rungs", nargs="*")
+    gr = sub.add_parser("grade", help="check a rung module file (e.g. an exercise) against the oracle cases")
+    from . import grade as _grade
+
+    _grade.add_arguments(gr)
+    f = sub.add_parser("figures", help="draw figures/*.png and the README results table from figures/data/*.json")
+    f.add_argument("--data", default="figures/data", help="folder of bench JSON files (default: figures/data)")
+    f.add_argument("--out", default="figures", help="folder for the PNGs (default: figures)")
+    f.add_argument("--readme", default="README.md", help="README whose results markers are rewritten")
+    f.add_argument("--no-readme", action="store_true", help="only draw the figures")
     args = p.parse_args(argv)
     if args.cmd == "demo":
         return demo(args)
@@ -150,6 +159,12 @@ def main(argv=None) -> int:
         from . import compile_check
 
         return compile_check.main(args.rungs)
+    if args.cmd == "figures":
+        from . import figures
+
+        return figures.main(args)
+    if args.cmd == "grade":
+        return _grade.run(args)
     return 2
 
 

@@ -205,7 +205,7 @@ def _kernel(R: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: boo
     return recurrent_kernel
 
 
-SW = 4  # warps that split K in the decode-step kernel
+SW = 8  # warps that split K in the decode-step kernel (H200 tune: 0.298 ms at SW=8 vs 0.353 at 4, B256 H16 K=V=128)
 
 
 @functools.lru_cache(maxsize=None)
