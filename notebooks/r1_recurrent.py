@@ -224,7 +224,7 @@ else:
 
 # %%
 if data is not None and data.tune:
-    tune = [t for t in data.tune if "median_ms" in t]
+    tune = [t for t in data.tune if "median_ms" in t and "cols" in t]
     best = min(tune, key=lambda t: t["median_ms"])
     rows = [f"| {t['cols']} | {t['nw']} | {t['median_ms']:.3f} | "
             + ("**fastest**" if t is best else "") + (" default" if (t["cols"], t["nw"]) ==

@@ -53,7 +53,8 @@ def _write_data(tmp_path, seed=0):
     new = copy.deepcopy(real)
     new["date"] = "2030-01-01T00:00:00+00:00"
     new["git_sha"] = "feedfacecafe"
-    std = [r for r in real["records"] if r.get("shape", {}).get("T") == 8192 and "median_ms" in r]
+    std = [r for r in real["records"] if r.get("shape", {}).get("T") == 8192 and "median_ms" in r
+           and r.get("recurrence") != "softmax"]
     recs = [_scaled(r, rng.uniform(1.2, 1.5)) for r in std if r["recurrence"] == "gated_delta"]  # re-measured
     for T in (16384, 65536):  # linear-time implementations: time grows ~T
         recs += [_scaled(r, T / 8192 * rng.uniform(0.95, 1.05), T=T) for r in std]
@@ -128,7 +129,7 @@ def test_figures_and_readme(tmp_path):
     rec = next(r for r in new["records"] if r["key"] == "recurrent" and r["shape"]["T"] == 8192)
     old_rec = next(r for r in old["records"] if r["key"] == "recurrent" and r["recurrence"] == "gated_delta")
     assert f"| {rec['median_ms']:.4g} |" in section and f"| {old_rec['median_ms']:.4g} |" not in section
-    assert "not timed: failed the oracle check" in section  # the failed fla chunk peers stay visible
+    assert "not timed: " in section  # peers that could not be timed stay visible
     assert "feedfacecafe" in section and "NVIDIA H200" in section
     # a second run changes nothing
     assert figures.update_readme(str(readme), figures.load(d)) is False
