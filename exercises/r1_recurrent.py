@@ -111,13 +111,14 @@ def _kernel(R: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: boo
     return recurrent_kernel
 
 
-SW = 4  # warps that split K in the decode-step kernel
+SW = 8  # warps that split K in the decode-step kernel
 
 
 @functools.lru_cache(maxsize=None)
 def _step_kernel(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool, SW: int = SW):
     """T = 1: the decode step (part 2, optional). At one token the work is a copy of the state plus arithmetic, so
     the thread map is chosen for streaming the state: lane -> value column, warp -> a slab of RS rows."""
+    KP = SW * RS  # K padded to the rows the block covers (size of shared k / q staging, if you stage them)
 
     @cuda.jit
     def step_kernel(q, k, v, g, beta, h0, ht, o, scale):
@@ -126,8 +127,10 @@ def _step_kernel(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: boo
         # Thread map: w = cuda.threadIdx.x // 32 (warp: rows w * RS .. w * RS + RS - 1); lane = cuda.threadIdx.x % 32;
         #   j = cuda.blockIdx.x * 32 + lane (the value column). A warp reads 32 consecutive floats of a state row per
         #   load: 128 contiguous bytes.
-        # Steps: load the RS rows of column j of h0 (or zeros) into a local array, and k, q for those rows (zeros
-        #   for rows >= K); clamp indices (min(j, V - 1), min(i, K - 1)) so every load is in bounds and mask the
+        # Steps: load the RS rows of column j of h0 (or zeros) into a local array first (nothing waits on them
+        #   yet); stage k and q once per block into shared arrays of KP floats (zeros for rows >= K) -- every
+        #   thread of a warp needs the same values, and RS uniform global loads per thread cost instructions and
+        #   registers -- then cuda.syncthreads() (protects: the staged k / q are complete); clamp indices (min(j, V - 1), min(i, K - 1)) so every load is in bounds and mask the
         #   stores instead -- no thread returns early, because of the barriers below.
         #   Delta rule: each warp's partial k . S[:, j] over its rows goes to shared memory red_k[w, lane]; then
         #     cuda.syncthreads() -- protects: all SW partial sums are written before any thread adds them up.

@@ -25,18 +25,13 @@
 # 4. count the bytes every intermediate costs, and predict r2's floor on the H200 from the copy bandwidth.
 
 # %%
-# Setup: numba picks the GPU or its simulator once, at import, and importing linattn_numba imports numba. Ask the
-# driver first (linattn_numba.cli.gpu_present, loaded from its file so the package is not imported yet).
-import importlib.util
+# Setup. Numba chooses between a real GPU and its CUDA simulator once, when numba.cuda is first imported:
+# run on the GPU when the CUDA driver reports one, else in the (patched) simulator.
 import os
 
-_spec = importlib.util.find_spec("linattn_numba")
-_cli_spec = importlib.util.spec_from_file_location(
-    "_linattn_cli", os.path.join(_spec.submodule_search_locations[0], "cli.py"))
-_cli = importlib.util.module_from_spec(_cli_spec)
-_cli_spec.loader.exec_module(_cli)
-if not _cli.gpu_present():
-    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+import linattn_numba.sim
+
+linattn_numba.sim.use_if_no_gpu()
 
 import inspect  # noqa: E402
 import tempfile  # noqa: E402

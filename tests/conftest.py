@@ -16,6 +16,7 @@ def _gpu_tier(config) -> bool:
 def pytest_configure(config):
     if _gpu_tier(config):
         os.environ["NUMBA_ENABLE_CUDASIM"] = "0"
+        import numba.cuda  # noqa: F401 - fix numba's target now, before any test module is imported
     else:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
         import linattn_numba.sim

@@ -31,8 +31,6 @@ def __getattr__(name):
     import importlib
 
     if name in _LAZY:
-        if sim.active():  # the project's simulator fixes and warp intrinsics, before any kernel is defined
-            sim.install()
         value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
         globals()[name] = value
         return value

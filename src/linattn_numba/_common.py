@@ -5,7 +5,14 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda, types
+from . import sim
+
+# Every module that defines kernels imports this one: under the CUDA simulator, the project's fixes and warp
+# intrinsics go in before any kernel is defined or launched, whichever entry point the caller used.
+if sim.active():
+    sim.install()
+
+from numba import cuda, types  # noqa: E402
 
 
 def cdiv(a: int, b: int) -> int:

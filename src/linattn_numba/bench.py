@@ -228,30 +228,33 @@ def bench_shape(timer, shape, recurrence, rung_names, dtype=np.float32, peers=Tr
     nbytes = counted_bytes(recurrence, B, T, H, K, V, itemsize=np.dtype(dtype).itemsize)
     o = cuda.device_array((B, T, H, V), np.float32)
     ht = cuda.device_array((B, H, K, V), np.float32)
+    # (name, kind, recurrence label, launch, counted FLOPs, counted bytes, checked against the oracle)
     impls = []
     for name in rung_names:
         mod = rungs.module(name)
         if (mod.MAX_K or K) < K or (mod.MAX_V or V) < V:
             continue
-        impls.append((name, "rung", lambda mod=mod: mod.forward(*args, o, None, ht, scale, 64)))
+        impls.append((name, "rung", recurrence, lambda mod=mod: mod.forward(*args, o, None, ht, scale, 64),
+                      flops, nbytes, True))
     if peers:
         for name, fn in peer_mod.fla_peers(recurrence).items():
-            impls.append((name, "peer", lambda fn=fn: fn(*args, None, True)))
+            impls.append((name, "peer", recurrence, lambda fn=fn: fn(*args, None, True), flops, nbytes, True))
         sm = peer_mod.softmax_peer() if softmax else None
-        if sm is not None:
-            impls.append(("torch_sdpa_causal", "peer", lambda: sm(*args)))
+        if sm is not None:  # a different function: timed as the quadratic baseline, not checked
+            sm_flops = float(B * H * T * T * (K + V))  # causal: half of 2 T^2 (K + V) per head
+            sm_bytes = float(B * T * H * (2 * K + 2 * V) * np.dtype(dtype).itemsize)
+            impls.append(("torch_sdpa_causal", "peer", "softmax", lambda: sm(*args), sm_flops, sm_bytes, False))
     records = []
-    for name, kind, fn in impls:
-        rec = {"key": name, "kind": kind, "recurrence": recurrence if name != "torch_sdpa_causal" else "softmax",
-               "shape": dict(B=B, T=T, H=H, K=K, V=V), "dtype": np.dtype(dtype).name}
+    for name, kind, label, fn, n_flops, n_bytes, check in impls:
+        rec = {"key": name, "kind": kind, "recurrence": label, "shape": dict(B=B, T=T, H=H, K=K, V=V),
+               "dtype": np.dtype(dtype).name, "counted_flops": n_flops, "counted_bytes": n_bytes}
         try:
             res = fn()
             cuda.synchronize()
-            if kind == "rung":
+            err = None
+            if check and kind == "rung":
                 err = check_heads(o.copy_to_host(), ht.copy_to_host(), inp, heads, host_args)
-            elif name == "torch_sdpa_causal":
-                err = None  # a different function: nothing to check against the linear-attention oracle
-            else:
+            elif check:
                 err = check_heads(_host(res[0]), _host(res[1]), inp, heads, host_args)
             rec["rel_err"] = err
             # fla's chunk kernels compute their fp32 dots in TF32 (errors ~1e-3): peers get a TF32-level bound
@@ -260,14 +263,10 @@ def bench_shape(timer, shape, recurrence, rung_names, dtype=np.float32, peers=Tr
                 rec["error"] = f"failed the oracle check: rel err {err:.3g} > {limit:g}"
             else:
                 rec.update(timer.time(fn))
-                if name != "torch_sdpa_causal":
-                    rec["tflops"] = flops / rec["median_ms"] / 1e9
-                    rec["gbps"] = nbytes / rec["median_ms"] / 1e6
-                else:
-                    rec["tflops"] = 2 * 2 * B * H * T * T / 2 * (K + V) / 2 / rec["median_ms"] / 1e9
+                rec["tflops"] = n_flops / rec["median_ms"] / 1e9
+                rec["gbps"] = n_bytes / rec["median_ms"] / 1e6
         except Exception as e:  # noqa: BLE001 - record and continue the sweep
             rec["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-        rec["counted_flops"], rec["counted_bytes"] = flops, nbytes
         records.append(rec)
         if progress:
             progress.step(f"{name} {recurrence} T={T}")
@@ -332,6 +331,7 @@ def bench_copy(timer, nbytes=2**30):
 TUNE_CONFIGS = (  # (COLS, NW, TC, NS) for r1
     (2, 4, 32, 4), (1, 4, 32, 4), (2, 4, 16, 4), (2, 4, 8, 4), (1, 4, 16, 4),
     (2, 4, 32, 8), (1, 4, 32, 8), (4, 4, 32, 8), (2, 2, 32, 8), (2, 4, 16, 8),
+    (1, 4, 32, 16), (1, 8, 32, 16), (2, 4, 32, 16), (1, 2, 32, 16), (1, 4, 32, 32), (1, 8, 32, 32),
 )
 
 
@@ -376,11 +376,14 @@ def tune_step(timer, shape=DECODE, recurrence="gated_delta", sws=(2, 4, 8, 16)):
     inp = make_inputs(B, 1, H, K, V, recurrence, initial_state=True, seed=3)
     d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
     o = cuda.device_array((B, 1, H, V), np.float32)
-    st = d["initial_state"]
     out = []
     for sw in sws:
         rec = {"key": "step", "sw": sw, "recurrence": recurrence, "shape": dict(B=B, T=1, H=H, K=K, V=V)}
         try:
+            st = cuda.to_device(inp["initial_state"])  # one step from the initial state, checked, then timed
+            r1_recurrent.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, st, st, K**-0.5, sw=sw)
+            rec["rel_err"] = check_heads(o.copy_to_host(), st.copy_to_host(), inp, [(0, 0), (B - 1, H - 1)],
+                                         (inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], inp["initial_state"]))
             rec.update(timer.time(lambda: r1_recurrent.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, st, st,
                                                                K**-0.5, sw=sw)))
             rec["gbps"] = 2.0 * B * H * K * V * 4 / rec["median_ms"] / 1e6
@@ -408,7 +411,8 @@ def run(args) -> dict:
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "records": []}
     result["records"].append(bench_copy(timer))
-    total = len(shapes) * len(recs) * (len(rung_names) + 2) + (1 if args.step else 0)
+    total = (len(shapes) * len(recs) * (len(rung_names) + (0 if args.no_peers else 2))
+             + (len(shapes) if args.softmax and not args.no_peers else 0) + (1 if args.step else 0))
     prog = Progress(total)
     for shape in shapes:
         for rec in recs:

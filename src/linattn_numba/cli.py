@@ -8,39 +8,21 @@ The simulator has to be chosen before numba is imported, so this module imports 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import sys
 import time
 
-
-def gpu_present() -> bool:
-    """True when the CUDA driver loads and reports at least one device (no numba import)."""
-    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
-        return False
-    for lib in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
-        try:
-            drv = ctypes.CDLL(lib)
-        except OSError:
-            continue
-        count = ctypes.c_int(0)
-        if drv.cuInit(0) == 0 and drv.cuDeviceGetCount(ctypes.byref(count)) == 0:
-            return count.value > 0
-        return False
-    return False
+from . import sim
+from .sim import gpu_present  # noqa: F401 - part of the CLI module's public surface
 
 
 def _use_simulator_if_needed(quiet=False) -> bool:
-    """Switch to Numba's CUDA simulator when there is no GPU. Returns True when simulating."""
-    if gpu_present():
-        return False
-    if "numba" in sys.modules and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
-        raise SystemExit("numba was imported before the simulator could be enabled; run in a fresh process")
-    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-    if not quiet:
+    """Switch to Numba's CUDA simulator when there is no GPU (and say so). Returns True when simulating."""
+    simulated = sim.use_if_no_gpu()
+    if simulated and not quiet:
         print("No CUDA GPU found: running in Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1) with tiny sizes. "
               "Times below are the simulator's, not a GPU's.")
-    return True
+    return simulated
 
 
 def demo(args) -> int:
@@ -53,7 +35,6 @@ def demo(args) -> int:
     from linattn_numba.testing import TOL_FP32, make_inputs, rel_err
 
     if simulated:
-        sys.setswitchinterval(5e-4)
         shape = (1, 32, 2, 16, 16)
     else:
         shape = (2, 2048, 8, 128, 128)

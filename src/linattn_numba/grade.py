@@ -464,7 +464,7 @@ def grade(path, rung=None, quick=False, case_filter=None, timeout=DEFAULT_TIMEOU
         print(f"grade: no such file: {path}", file=sys.stderr)
         return 2
     path = os.path.abspath(path)
-    from .cli import gpu_present
+    from .sim import gpu_present
 
     simulate = simulator or not gpu_present()
     from . import grading_cases

@@ -33,6 +33,15 @@ def _torch(d):
     return torch.as_tensor(d, device="cuda")
 
 
+# recurrence -> (fla module, its chunk and fused-recurrent entry points); all take g= / beta= as keywords
+_FLA = {
+    "plain": ("fla.ops.simple_gla", ("chunk_simple_gla", "fused_recurrent_simple_gla")),
+    "decay": ("fla.ops.simple_gla", ("chunk_simple_gla", "fused_recurrent_simple_gla")),
+    "delta": ("fla.ops.delta_rule", ("chunk_delta_rule", "fused_recurrent_delta_rule")),
+    "gated_delta": ("fla.ops.gated_delta_rule", ("chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule")),
+}
+
+
 def fla_peers(recurrence: str) -> dict:
     """``{name: fn(q, k, v, g, beta, initial_state, output_final_state) -> (o, ht)}`` for a recurrence.
 
@@ -40,32 +49,17 @@ def fla_peers(recurrence: str) -> dict:
     """
     if _try("fla") is None or _try("torch") is None:
         return {}
-    out = {}
-    if recurrence in ("plain", "decay"):
-        from fla.ops.simple_gla import chunk_simple_gla, fused_recurrent_simple_gla
+    modname, names = _FLA[recurrence]
+    mod = importlib.import_module(modname)
 
-        for name, fn in (("fla_chunk_simple_gla", chunk_simple_gla),
-                         ("fla_fused_recurrent_simple_gla", fused_recurrent_simple_gla)):
-            out[name] = (lambda fn: lambda q, k, v, g, beta, h0, oft: fn(
-                _torch(q), _torch(k), _torch(v), g=None if g is None else _torch(g),
-                initial_state=None if h0 is None else _torch(h0), output_final_state=oft))(fn)
-    elif recurrence == "delta":
-        from fla.ops.delta_rule import chunk_delta_rule, fused_recurrent_delta_rule
+    def bind(fn):
+        def call(q, k, v, g, beta, h0, oft):
+            kw = {name: _torch(a) for name, a in (("g", g), ("beta", beta)) if a is not None}
+            return fn(_torch(q), _torch(k), _torch(v), **kw,
+                      initial_state=None if h0 is None else _torch(h0), output_final_state=oft)
+        return call
 
-        for name, fn in (("fla_chunk_delta_rule", chunk_delta_rule),
-                         ("fla_fused_recurrent_delta_rule", fused_recurrent_delta_rule)):
-            out[name] = (lambda fn: lambda q, k, v, g, beta, h0, oft: fn(
-                _torch(q), _torch(k), _torch(v), _torch(beta),
-                initial_state=None if h0 is None else _torch(h0), output_final_state=oft))(fn)
-    else:
-        from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
-
-        for name, fn in (("fla_chunk_gated_delta_rule", chunk_gated_delta_rule),
-                         ("fla_fused_recurrent_gated_delta_rule", fused_recurrent_gated_delta_rule)):
-            out[name] = (lambda fn: lambda q, k, v, g, beta, h0, oft: fn(
-                _torch(q), _torch(k), _torch(v), g=_torch(g), beta=_torch(beta),
-                initial_state=None if h0 is None else _torch(h0), output_final_state=oft))(fn)
-    return out
+    return {f"fla_{name}": bind(getattr(mod, name)) for name in names}
 
 
 def softmax_peer():

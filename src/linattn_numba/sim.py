@@ -12,8 +12,10 @@ Set ``NUMBA_ENABLE_CUDASIM=1`` before anything imports numba, then::
     import linattn_numba.sim
     linattn_numba.sim.install()     # idempotent; returns False (and does nothing) on a real GPU
 
-``import linattn_numba`` calls :func:`install` itself when the simulator is active, so the explicit call is
-only needed by code that uses the simulator without importing the package. :func:`enable` does both steps
+The package calls :func:`install` itself, on first use of its API, when the simulator is active, so the explicit
+call is only needed by code that uses the simulator without the package's API. :func:`use_if_no_gpu` is the
+switch for programs and notebooks that should run anywhere: the GPU when the driver reports one, else the
+simulator. :func:`enable` does both steps
 (sets the variable, then installs), but numba chooses its target once, when ``numba.cuda`` is first
 imported: ``enable()`` must run before that, and raises ``RuntimeError`` after it. Importing this module
 imports neither numba nor ``numba.cuda``; whether importing the *package* does depends on what
@@ -202,6 +204,31 @@ def install(switch_interval: float | None = None) -> bool:
         kernelapi.FakeCUDAShared.array = _shared_array
         _installed = True
     return True
+
+
+def gpu_present() -> bool:
+    """True when the CUDA driver loads and reports at least one device; always False when the simulator is
+    requested through ``NUMBA_ENABLE_CUDASIM``. Asks the driver through ctypes: imports no numba."""
+    import ctypes
+
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+        return False
+    for lib in ("libcuda.so.1", "libcuda.so", "nvcuda.dll"):
+        try:
+            drv = ctypes.CDLL(lib)
+        except OSError:
+            continue
+        count = ctypes.c_int(0)
+        return drv.cuInit(0) == 0 and drv.cuDeviceGetCount(ctypes.byref(count)) == 0 and count.value > 0
+    return False
+
+
+def use_if_no_gpu() -> bool:
+    """Run on the GPU when there is one, else in the patched simulator (:func:`enable`). Returns ``True`` when
+    simulating. Call it before anything imports ``numba.cuda``."""
+    if "numba.cuda" in sys.modules:  # numba's choice is already made: keep it
+        return install()
+    return False if gpu_present() else enable()
 
 
 def enable() -> bool:
