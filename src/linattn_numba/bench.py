@@ -393,6 +393,24 @@ def tune_step(timer, shape=DECODE, recurrence="gated_delta", sws=(2, 4, 8, 16)):
     return out
 
 
+def apply_best(tune):
+    """Set r1's launch defaults (COLS, NW, TC, NS and the step's SW) to the fastest correct tuned ones."""
+    from .rungs import r1_recurrent
+
+    ok = [r for r in tune if "median_ms" in r and (r.get("rel_err") or 0) <= 2e-4]
+    chosen = {}
+    seq = [r for r in ok if "cols" in r]
+    if seq:
+        b = min(seq, key=lambda r: r["median_ms"])
+        r1_recurrent.DEFAULT_COLS, r1_recurrent.DEFAULT_NW, r1_recurrent.TC, r1_recurrent.NS = (
+            b["cols"], b["nw"], b["tc"], b["ns"])
+        chosen.update(cols=b["cols"], nw=b["nw"], tc=b["tc"], ns=b["ns"])
+    step = [r for r in ok if "sw" in r]
+    if step:
+        r1_recurrent.SW = chosen["sw"] = min(step, key=lambda r: r["median_ms"])["sw"]
+    return chosen
+
+
 def run(args) -> dict:
     from numba import cuda
 
@@ -411,6 +429,9 @@ def run(args) -> dict:
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "records": []}
     result["records"].append(bench_copy(timer))
+    if args.tune:  # first, so the sweep below runs r1 with the launch shape this device prefers
+        result["tune"] = tune_recurrent(timer) + tune_step(timer)
+        result["tuned_defaults"] = apply_best(result["tune"])
     total = (len(shapes) * len(recs) * (len(rung_names) + (0 if args.no_peers else 2))
              + (len(shapes) if args.softmax and not args.no_peers else 0) + (1 if args.step else 0))
     prog = Progress(total)
@@ -421,8 +442,7 @@ def run(args) -> dict:
     if args.step:
         result["records"] += bench_step(timer, peers=not args.no_peers)
         prog.step("step")
-    if args.tune:
-        result["tune"] = tune_recurrent(timer) + tune_step(timer)
+
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
@@ -448,6 +468,8 @@ def print_table(result):
         print(f"{r['key']:40s} {r.get('recurrence', ''):12s} {shp:22s} {r['median_ms']:10.4f} "
               f"{r.get('tflops', float('nan')):8.2f} {r.get('gbps', float('nan')):8.0f} "
               f"{'' if err is None else format(err, '.1e'):>9s}")
+    if "tuned_defaults" in result:
+        print(f"r1 launch defaults used for the sweep (fastest tuned): {result['tuned_defaults']}")
     for r in result.get("tune", []):
         knobs = " ".join(f"{k}={r[k]}" for k in ("cols", "nw", "tc", "ns", "sw") if k in r)
         print(f"tune {r['key']} {knobs}: {r.get('median_ms', float('nan')):.3f} ms {r.get('error', '')}")

@@ -283,15 +283,22 @@ def _step_kernel(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: boo
 
 
 def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW, ns: int = NS):
+    # (compile_targets and the notebooks call this with the module defaults)
     """``(R, COLS, NW)`` for a shape: rows per lane, columns per lane, warps per block (fewer for narrow V)."""
     R = cdiv(K, ns)
     nw = max(1, min(nw, cdiv(V, (32 // ns) * cols)))
     return R, cols, nw
 
 
-def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=DEFAULT_COLS, nw=DEFAULT_NW,
-            tc=TC, ns=NS, sw=SW):
+def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=None, nw=None, tc=None, ns=None,
+            sw=None):
     """Launch r1 (see the rung contract in :mod:`linattn_numba.rungs`). ``h0`` and ``ht`` may alias."""
+    # launch knobs default to the module's tuned values, read at call time (the bench's --tune may set them)
+    cols = DEFAULT_COLS if cols is None else cols
+    nw = DEFAULT_NW if nw is None else nw
+    tc = TC if tc is None else tc
+    ns = NS if ns is None else ns
+    sw = SW if sw is None else sw
     B, T, H, K = q.shape
     V = v.shape[3]
     if K > MAX_K:
