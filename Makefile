@@ -26,7 +26,7 @@ test-fast: $(STAMP)
 
 # On a GPU machine: the GPU tier.
 test-gpu: $(STAMP)
-	$(BIN)/python -m pytest -m gpu tests/test_gpu.py -q
+	$(BIN)/python -m pytest -m gpu tests/test_gpu.py tests/test_r4_scan.py -q
 
 compile-check: $(STAMP)
 	$(BIN)/linattn-numba compile-check

@@ -5,11 +5,16 @@ Your job
     (:func:`linattn_numba.reference.recurrent`), but r0 read and wrote its state column in global memory three to
     four times per token; here the state is read once at the start and written once at the end, and lives in
     registers (``cuda.local.array`` with compile-time sizes) in between. The launch (:func:`forward`,
-    :func:`launch_config`) and the compile-time constants are given and fix the thread map described in the TODO.
+    :func:`launch_config`), the compile-time constants and the shapes of the shared tiles are given and fix the
+    thread map described in the TODO: keep them as they are.
 
     Part 2 (optional): the decode step. With T = 1 a different thread map is faster (see the TODO in
     ``step_kernel``). Write it, then set ``STEP_KERNEL = True`` so that :func:`forward` launches it for T = 1; until
     then T = 1 goes through your part-1 kernel, which must handle any T anyway.
+
+    A first version that is correct matters more than a fast one: get the thread map, the barriers and the
+    butterflies right, then read the "Speed" notes of the TODO (batched staging loads, 16-byte shared loads, the
+    output reduction pipelined by one token) -- they are what the package's rung adds on top.
 
 Grade it
     linattn-numba grade exercises/r1_recurrent.py --quick     # 4 cases (no GPU needed: simulator)
@@ -20,8 +25,8 @@ Grade it
     hangs (a barrier or a shuffle not every thread reaches) is stopped after ``--timeout`` seconds and reported.
 
 Afterwards
-    Compare with ``src/linattn_numba/rungs/r1_recurrent.py``; on a GPU, see what r1 buys over r0 with
-    ``linattn-numba bench --rungs naive,recurrent``.
+    Compare with ``src/linattn_numba/rungs/r1_recurrent.py`` (its module docstring explains every choice); on a
+    GPU, see what r1 buys over r0 with ``linattn-numba bench --rungs naive,recurrent``.
 """
 
 from __future__ import annotations
@@ -32,35 +37,50 @@ import math  # noqa: F401 - you will need math.exp
 import numpy as np
 from numba import cuda, float32, types
 
+from linattn_numba import sim
 from linattn_numba._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
 
 NAME = "recurrent"
-MAX_K = 128  # 32 state rows per lane and column in registers; beyond that they would spill to local memory
+MAX_K = 128  # 16 state rows per lane and column at NS = 8; more would crowd the 255-register budget
 MAX_V = None  # value columns are tiled across blocks
 CHUNK_SIZES = None  # token by token: chunk_size is not used
 
-# Launch shape (the package's values, tuned on the H200; any power of two NS <= 32 works with a correct kernel).
+# Launch shape: the package's values, tuned on the H200 (any power of two NS <= 32 and COLS <= NS work with a
+# correct kernel; forward takes them as ns=, cols=, nw=, tc=).
 NS = 8  # lanes that split one value column's K rows (a reduction costs log2(NS) = 3 shuffles)
 GROUPS = 32 // NS  # column groups per warp
-TC = 32  # tokens staged in shared memory per pair of barriers
+TC = 32  # tokens staged in shared memory per pair of barriers (<= 32: per-token scalars come from one warp)
 FULL_MASK = 0xFFFFFFFF
-DEFAULT_COLS = 1  # value columns per lane
-DEFAULT_NW = 4  # warps per block
+DEFAULT_COLS = 2  # value columns per lane
+DEFAULT_NW = 8  # warps per block
+# 16-byte aligned shared tiles let the compiler merge a lane's 4 consecutive k (or q) values into one 128-bit
+# shared load; the simulator rejects the argument (and needs no alignment)
+ALIGN = None if sim.active() else 16
+STAGE_BATCH = 8  # global loads a thread has in flight while staging a tile (see "Speed" in the TODO)
 
 STEP_KERNEL = False  # part 2: set True once step_kernel is written; forward then launches it for T = 1
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(R: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool,
+def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool,
             TC: int = TC, NS: int = NS):
     LOG_NS = NS.bit_length() - 1  # shuffle steps of a reduction over NS lanes (NS is a power of two)
     GROUPS = 32 // NS  # column groups per warp
-    KP = R * NS  # K padded to a multiple of NS: rows >= K are zeros in k/q and in the state
-    WARP_COLS = GROUPS * COLS  # value columns per warp
-    VB = NW * WARP_COLS  # value columns per block
+    R = 4 * RC  # state rows per lane: RC chunks of 4 consecutive rows
+    KP = R * NS  # K padded to a multiple of 4 NS: rows >= K are zeros in k/q and in the state
+    KP4 = KP // 4  # 4-row chunks of a padded k / q row
+    VB = NW * GROUPS * COLS  # value columns per block
+    VBC = VB // COLS  # column groups per block
     NT = NW * 32  # threads per block
-    ITER_KQ = (TC * KP + NT - 1) // NT  # staging trips per thread for a TC x KP tile (compile-time constants)
-    ITER_V = (TC * VB + NT - 1) // NT  # ... and for a TC x VB tile of v
+    # Staging trips per thread (compile-time constants). When NT is a multiple of the tile's row length, a thread
+    # stages one fixed k/q row index (or v column) at every (NT / KP)-th token (FAST_KQ, FAST_V): its index
+    # arithmetic is loop invariant. Otherwise the generic flat walk e = tid + m NT over the tile.
+    FAST_KQ = NT % KP == 0 and (TC * KP) % NT == 0
+    FAST_V = NT % VB == 0 and (TC * VB) % NT == 0
+    ITER_KQ = (TC * KP + NT - 1) // NT  # trips for a TC x KP tile of k (and of q)
+    SB = min(ITER_KQ, STAGE_BATCH)  # loads per batch (see "Speed")
+    NB_KQ = (ITER_KQ + SB - 1) // SB  # batches of k / q loads per tile
+    ITER_V = (TC * VB + NT - 1) // NT  # trips for a TC x VB tile of v
 
     @cuda.jit
     def recurrent_kernel(q, k, v, g, beta, h0, ht, o, scale):
@@ -68,32 +88,48 @@ def _kernel(R: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: boo
         #
         # Thread map (forward launches grid (ceil(V / VB), B * H), NT = NW * 32 threads a block):
         #   bh = cuda.blockIdx.y; b = bh // H; h = bh % H;   tid = cuda.threadIdx.x; lane = tid % 32
-        #   sl   = lane % NS                                  its slice: it holds rows sl, sl + NS, sl + 2 NS, ...
-        #   jb   = (tid // 32) * WARP_COLS + (lane // NS) * COLS  its first column inside the block's tile of VB
-        #   col0 = cuda.blockIdx.x * VB + jb                  its first global column; it owns col0 .. col0 + COLS - 1
-        #   So the NS consecutive lanes of a group share the same COLS columns, each holding R = KP / NS rows.
+        #   sl   = lane % NS                               its slice of K (see the rows below)
+        #   grp  = (tid // 32) * GROUPS + lane // NS       its column group inside the block's tile (0 .. VBC - 1)
+        #   col0 = cuda.blockIdx.x * VB + grp * COLS        its first global column; it owns col0 .. col0 + COLS - 1
+        #   Rows: in chunks of 4 consecutive rows, dealt round-robin to the NS lanes of a group: lane slice sl holds
+        #   chunks sl, sl + NS, sl + 2 NS, ... (RC of them), i.e. rows i = 4 (m NS + sl) + e for m < RC, e < 4:
+        #   R = 4 RC rows. (At K = 128, NS = 8: rows 0-3 and 32-35, 64-67, 96-99 for sl = 0; 4-7, 36-39, ... for
+        #   sl = 1.) Consecutive rows per lane make its k / q values contiguous in shared memory (see "Speed").
+        #   So the NS consecutive lanes of a group share the same COLS columns, each holding R rows of them.
         #
         # Registers (compile-time sizes):
-        #   S = cuda.local.array((R, COLS), float32)   S[r, c] is state row r * NS + sl of column col0 + c
-        #   plus small arrays for this token's k and q rows (R each) and the per-column u (COLS).
-        #   Load S once from h0 (rows i < K and columns j < V only; zeros elsewhere and when not HAS_H0).
+        #   S = cuda.local.array((R, COLS), float32)   S[4 m + e, c] = state[4 (m NS + sl) + e, col0 + c]
+        #   plus small arrays for this token's k and q rows (R each) and per-column u, k.S, q.S (COLS each).
+        #   Load S once from h0 (rows i < K and columns j < V only; zeros elsewhere and when not HAS_H0). Index
+        #   local arrays only with loop counters of range() over compile-time constants (or the compiler puts them
+        #   in local memory, which is slow): e.g. never S[sl, c] or acc[sl].
+        #
+        # Shared tiles (declare them like this; shapes must be compile-time constants, alignment=ALIGN):
+        #   ks = cuda.shared.array((TC, KP4, 4), float32, alignment=ALIGN)   ks[tt, i // 4, i % 4] = k row i of token tt
+        #   qs = cuda.shared.array((TC, KP4, 4), float32, alignment=ALIGN)   the same for q (store it times scale)
+        #   vs = cuda.shared.array((TC, VBC, COLS), float32, alignment=ALIGN) vs[tt, jj // COLS, jj % COLS] = v of
+        #        the block's column jj: a lane's COLS values are vs[tt, grp, :]
+        #   gb = cuda.shared.array((TC, 4), float32, alignment=ALIGN)        per token: beta, beta * exp(g), exp(g)
+        #   A lane's chunk m of token tt is then ks[tt, m * NS + sl, 0:4].
         #
         # Per tile of TC tokens (for t0 in range(0, T, TC)):
-        #   a. Stage k and q [TC, KP], v [TC, VB] (this block's columns), exp(g) [TC] and beta [TC] into shared
-        #      memory (cuda.shared.array), every thread loading elements tid, tid + NT, ... so that consecutive
-        #      threads read consecutive addresses (coalesced). Pad: rows i >= K and tokens t >= T are 0 in k, q, v
-        #      and beta, and 1 in exp(g) -- a padded token is then an identity step, and the hot loop needs no
-        #      bounds checks. Convert with float32(...) as you load (inputs may be float16).
+        #   a. Stage k and q [TC, KP], v [TC, VB] (this block's columns) and the per-token scalars into shared
+        #      memory, every thread loading flat elements e = tid, tid + NT, ... (ITER_KQ, ITER_V trips) so that
+        #      consecutive threads read consecutive addresses (coalesced): tt = e // KP, i = e % KP. Pad: rows
+        #      i >= K and tokens t >= T are 0 in k, q, v and beta, and exp(g) is 1 there -- a padded token is then
+        #      an identity step, and the hot loop needs no bounds checks. Convert with float32(...) as you load
+        #      (inputs may be float16). Per-token scalars: threads tid < TC, one token each.
         #   b. cuda.syncthreads() -- protects: the staged tile is complete before any warp reads it.
         #   c. For each token tt of the tile (only t0 + tt < T need writing), for each of the lane's COLS columns:
         #        delta rule: partial = sum over the lane's R rows of k[row] * S[r, c], then the full k . S[:, j] by a
         #          butterfly over the NS lanes of the group:
         #              for s in range(LOG_NS): x += cuda.shfl_xor_sync(FULL_MASK, x, 1 << s)
-        #          every lane ends with the full sum, so u = beta (v_j - decay * kS) needs no broadcast
-        #          (k . (decay S) = decay (k . S): apply the decay inside the update below, at no extra cost).
-        #        update: S[r, c] = decay * S[r, c] + k[row] * u     then the same butterfly for q . S[:, j]
-        #        write o[b, t0 + tt, h, j] = scale * (q . S[:, j]) from ONE lane of the group (e.g. sl == c % NS), only
-        #          for j < V and t0 + tt < T.
+        #          every lane ends with the full sum, so u needs no broadcast:
+        #          k . (exp(g) S) = exp(g) (k . S), so u = beta v_j - (beta exp(g)) (k . S), and the decay costs one
+        #          multiply per element inside the update: S[r, c] = exp(g) * S[r, c] + k[row] * u.
+        #        without beta: u = v_j (and S[r, c] = S[r, c] + k[row] * u without g).
+        #        then the same butterfly for q . S[:, j] (S after the update), and write o[b, t0 + tt, h, j] from ONE
+        #          lane of the group -- lane slice sl == c writes column col0 + c (COLS <= NS) -- only for j < V.
         #      The shuffles must be executed by all 32 lanes of the warp (FULL_MASK): never put one inside
         #      `if j < V` or after an early `return` -- lanes past V compute on zeros instead. A missing lane is a
         #      deadlock on a GPU (the grader reports it as TIMEOUT) or garbage.
@@ -102,70 +138,119 @@ def _kernel(R: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: boo
         #      sometimes. Both barriers must be reached by every thread of the block: no `return` before them.
         # Finally, if HAS_HT: write S back to ht (rows i < K, columns j < V).
         #
+        # Speed (what the package's rung does beyond the above; each keeps the results the same):
+        #   * Staging in batches: load SB = min(ITER_KQ, STAGE_BATCH) elements of k and q into local arrays
+        #     (cuda.local.array(SB, float32)), with clamped indices (min(t, T - 1), min(i, K - 1)) so every load is
+        #     in bounds, then store the batch to shared memory, masked. The loads of a batch are independent and
+        #     issue back to back: one memory latency per batch instead of one per element. NB_KQ batches per tile;
+        #     v likewise (ITER_V loads, then ITER_V stores). With FAST_KQ a thread's row is the fixed i = tid % KP
+        #     and its tokens tt = tid // KP + m (NT // KP).
+        #   * 16-byte shared loads: read chunk m of k as ks[tt, m * NS + sl, e] for e in range(4) -- the compiler
+        #     merges the 4 loads into one (ld.shared.v4), and the NS lanes of a group read consecutive 16-byte
+        #     chunks (no bank conflicts).
+        #   * Shorter chains: sum a lane's R products in 4 independent partial sums (r % 4), added at the end.
+        #   * The output reduction pipelined by one token: keep token tt's partial q . S sums and reduce them in
+        #     iteration tt + 1, their shuffles interleaved with token tt + 1's k . S shuffles (two independent
+        #     butterflies in flight instead of two in a row); write o[t0 + tt - 1] there, and drain the last token
+        #     of the tile after the loop (before barrier d). To keep the written column out of local memory,
+        #     select it with 0/1 weights, mine = sum_c w[c] * acc[c] with w[c] = 1 if sl == c else 0, not acc[sl].
+        #
         # Memory-traffic budget per head, to aim for: the state read once (K V * 4 bytes) and written once per
-        #   sequence; per token, q and k (2 K floats) read once per block, v read once, g and beta once --
-        #   (2 K + V + 2) * 4 bytes per token, nothing else from global memory. Shared memory: each k / q element
-        #   a lane loads feeds COLS FMAs.
+        #   sequence; per token, q and k (2 K floats) read once per block (each of the ceil(V / VB) blocks of a
+        #   head stages them again: the repeats hit L2), v read once, g and beta once -- (2 K + V + 2) * 4 bytes
+        #   per token, nothing else from global memory. Shared memory per token: a lane loads its R values of k
+        #   and of q (RC 16-byte loads each) and COLS of v; each k value feeds 2 COLS FMAs (k . S and the update),
+        #   each q value COLS. Registers: at K = 128 and the defaults S is R * COLS = 32 floats; the package's rung
+        #   needs 140-166 registers a thread and no local memory (`linattn-numba compile-check recurrent` checks it).
         pass
 
     return recurrent_kernel
 
 
 SW = 8  # warps that split K in the decode-step kernel
+CS = 4  # value columns per lane in the decode-step kernel (lane, lane + 32, ...)
+SMB = 2  # decode-step blocks per SM the register allocation must allow (launch bounds)
 
 
 @functools.lru_cache(maxsize=None)
-def _step_kernel(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool, SW: int = SW):
+def _step_kernel(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool, SW: int = SW, CS: int = CS,
+                 SMB: int = SMB):
     """T = 1: the decode step (part 2, optional). At one token the work is a copy of the state plus arithmetic, so
-    the thread map is chosen for streaming the state: lane -> value column, warp -> a slab of RS rows."""
-    KP = SW * RS  # K padded to the rows the block covers (size of shared k / q staging, if you stage them)
+    the thread map is chosen for streaming the state: lane -> value columns ``lane + 32 c``, warp -> a slab of
+    ``RS`` rows."""
+    KP = SW * RS  # K padded to the rows the block covers (size of the shared k / q staging)
+    VBS = 32 * CS  # value columns per block
+    # at least SMB blocks per SM: caps the registers (the simulator's jit takes no launch bounds)
+    opts = {} if sim.active() else {"launch_bounds": (SW * 32, SMB)}
 
-    @cuda.jit
+    @cuda.jit(**opts)
     def step_kernel(q, k, v, g, beta, h0, ht, o, scale):
-        # TODO(r1, part 2): one token (T = 1); forward launches grid (ceil(V / 32), B * H), SW * 32 threads a block.
+        # TODO(r1, part 2): one token (T = 1); forward launches grid (ceil(V / VBS), B * H), SW * 32 threads a block.
         #
         # Thread map: w = cuda.threadIdx.x // 32 (warp: rows w * RS .. w * RS + RS - 1); lane = cuda.threadIdx.x % 32;
-        #   j = cuda.blockIdx.x * 32 + lane (the value column). A warp reads 32 consecutive floats of a state row per
-        #   load: 128 contiguous bytes.
-        # Steps: load the RS rows of column j of h0 (or zeros) into a local array first (nothing waits on them
-        #   yet); stage k and q once per block into shared arrays of KP floats (zeros for rows >= K) -- every
-        #   thread of a warp needs the same values, and RS uniform global loads per thread cost instructions and
-        #   registers -- then cuda.syncthreads() (protects: the staged k / q are complete); clamp indices (min(j, V - 1), min(i, K - 1)) so every load is in bounds and mask the
-        #   stores instead -- no thread returns early, because of the barriers below.
-        #   Delta rule: each warp's partial k . S[:, j] over its rows goes to shared memory red_k[w, lane]; then
-        #     cuda.syncthreads() -- protects: all SW partial sums are written before any thread adds them up.
-        #   Update the rows (decay * S + k * u), partial q . S[:, j] into red_q[w, lane];
-        #     cuda.syncthreads() -- protects: all SW partial sums of q . S are in place.
-        #   Warp 0 sums them and writes o[b, 0, h, j] (j < V); every warp writes its rows of ht (i < K, j < V).
+        #   j0 = cuda.blockIdx.x * VBS + lane, the thread's columns j0 + 32 c for c < CS. A warp reads 32 consecutive
+        #   floats of a state row per load: 128 contiguous bytes.
+        # Steps:
+        #   1. Load the RS x CS state values of h0 (or zeros) into S = cuda.local.array((RS, CS), float32) first,
+        #      all of them back to back (nothing waits on them yet). Clamp indices (min(i, K - 1), min(j, V - 1)) so
+        #      every load is in bounds and mask the stores instead -- no thread returns early, because of the
+        #      barriers below.
+        #   2. Stage k and q once per block into shared arrays of KP floats (zeros for rows >= K) -- every thread
+        #      of a warp needs the same values, and RS uniform global loads per thread cost instructions and
+        #      registers -- then cuda.syncthreads() (protects: the staged k / q are complete).
+        #   3. Delta rule: each thread's partial k . S[:, j] over its RS rows goes to shared memory
+        #      red_k = cuda.shared.array((SW, VBS), float32) at red_k[w, lane + 32 c]; then cuda.syncthreads()
+        #      (protects: all SW partial sums are written before any thread adds them up); each thread sums its
+        #      columns' SW partials: u = beta (v_j - exp(g) kS). Without beta: u = v_j.
+        #   4. Update its rows (exp(g) * S + k * u), partial q . S[:, j] into red_q[w, lane + 32 c]; write its
+        #      rows of ht (i < K, j < V) now, so the stores overlap the barrier; cuda.syncthreads() (protects: all
+        #      SW partial sums of q . S are in place).
+        #   5. Thread jj of the block (jj = threadIdx.x, threadIdx.x + SW * 32, ... < VBS) sums column jj's SW
+        #      partials and writes o[b, 0, h, blockIdx.x * VBS + jj] = scale * sum (if that column is < V).
+        #   h0 and ht may be the same array: every thread reads exactly the elements it later writes.
         # Memory-traffic budget: the state read once and written once (2 K V * 4 bytes per head), q, k once per
-        #   block: the roofline is a copy of the state.
+        #   block: the roofline is a copy of the state. Registers: the launch bounds cap them at 64K / (SMB SW 32)
+        #   a thread (128 at the defaults, for RS CS = 64 state values): keep the rest small so nothing spills.
         pass
 
     return step_kernel
 
 
 def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW, ns: int = NS):
-    """``(R, COLS, NW)`` for a shape: rows per lane, columns per lane, warps per block (fewer for narrow V). Given."""
-    R = cdiv(K, ns)
+    """``(RC, COLS, NW)`` for a shape: 4-row chunks per lane, columns per lane, warps per block (fewer for
+    narrow V). Given."""
+    RC = cdiv(K, 4 * ns)
     nw = max(1, min(nw, cdiv(V, (32 // ns) * cols)))
-    return R, cols, nw
+    return RC, cols, nw
 
 
-def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=DEFAULT_COLS, nw=DEFAULT_NW,
-            tc=TC, ns=NS, sw=SW):
+def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=None, nw=None, tc=None, ns=None,
+            sw=None, cs=None, smb=None):
     """Launch r1 (see the rung contract in :mod:`linattn_numba.rungs`). ``h0`` and ``ht`` may alias. Given."""
+    cols = DEFAULT_COLS if cols is None else cols
+    nw = DEFAULT_NW if nw is None else nw
+    tc = TC if tc is None else tc
+    ns = NS if ns is None else ns
+    sw = SW if sw is None else sw
+    cs = CS if cs is None else cs
+    smb = SMB if smb is None else smb
+    if cols > ns:
+        raise ValueError(f"cols (value columns per lane) must be <= ns (lanes per column), got {cols} > {ns}")
+    if not 1 <= tc <= 32:  # the per-token scalars are staged by one warp, one token per lane
+        raise ValueError(f"tc (tokens per staged tile) must be in [1, 32], got {tc}")
     B, T, H, K = q.shape
     V = v.shape[3]
     if K > MAX_K:
         raise ValueError(f"rung 'recurrent' supports K <= {MAX_K}, got K={K}")
     if T == 1 and STEP_KERNEL:
-        kern = _step_kernel(cdiv(K, sw), g is not None, beta is not None, h0 is not None, ht is not None, sw)
-        kern[(cdiv(V, 32), B * H), sw * 32, stream](
+        cs = max(1, min(cs, cdiv(V, 32)))
+        kern = _step_kernel(cdiv(K, sw), g is not None, beta is not None, h0 is not None, ht is not None, sw, cs, smb)
+        kern[(cdiv(V, 32 * cs), B * H), sw * 32, stream](
             q, k, v, or_dummy(g, 3), or_dummy(beta, 3), or_dummy(h0, 4), or_dummy(ht, 4), o, float32(scale)
         )
         return
-    R, cols, nw = launch_config(K, V, cols, nw, ns)
-    kern = _kernel(R, cols, nw, g is not None, beta is not None, h0 is not None, ht is not None, tc, ns)
+    RC, cols, nw = launch_config(K, V, cols, nw, ns)
+    kern = _kernel(RC, cols, nw, g is not None, beta is not None, h0 is not None, ht is not None, tc, ns)
     vb = nw * (32 // ns) * cols
     grid = (cdiv(V, vb), B * H)
     kern[grid, nw * 32, stream](
@@ -174,22 +259,23 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=
 
 
 def compile_targets():
-    """Every variant r1 can launch, at K = 128 (both input dtypes) and K = 20 (float32), as
-    ``(label, py_func, argtypes)``. Given."""
+    """Every variant r1 can launch with its default knobs, as ``(label, py_func, argtypes)``: K = 128 (both input
+    dtypes), K = 20 and K = 96 (float32; 96-row tiles do not divide the block, so the generic staging walk), each
+    with every recurrence, with and without state buffers; the decode-step kernel too once ``STEP_KERNEL``. Given."""
     f32 = types.float32
-    for K, dtypes in ((128, INPUT_DTYPES), (20, (np.float32,))):
+    for K, dtypes in ((128, INPUT_DTYPES), (20, (np.float32,)), (96, (np.float32,))):
         for dt in dtypes:
             for has_g, has_beta in FLAG_COMBOS:
                 for has_state in (False, True):
-                    R, cols, nw = launch_config(K, 128)
+                    RC, cols, nw = launch_config(K, 128)
                     argtypes = (
                         array_type(dt, 4), array_type(dt, 4), array_type(dt, 4),
                         array_type(dt, 3), array_type(dt, 3), array_type(np.float32, 4),
                         array_type(np.float32, 4), array_type(np.float32, 4, "C"), f32,
                     )
                     label = f"recurrent K={K} g={has_g} beta={has_beta} state={has_state} {dt.__name__}"
-                    fn = _kernel(R, cols, nw, has_g, has_beta, has_state, has_state).py_func
+                    fn = _kernel(RC, cols, nw, has_g, has_beta, has_state, has_state).py_func
                     yield label, fn, argtypes
                     if dt is np.float32 and STEP_KERNEL:
-                        step = _step_kernel(cdiv(K, SW), has_g, has_beta, has_state, has_state).py_func
+                        step = _step_kernel(cdiv(K, SW), has_g, has_beta, has_state, has_state, SW, CS, SMB).py_func
                         yield "step " + label, step, argtypes

@@ -19,7 +19,8 @@
 # 1. explain why keeping the state in **registers** (read once, written once) instead of global memory is the
 #    first and biggest step, and what limits how much state a thread can hold;
 # 2. split a dot product across lanes of a warp and finish it with a **butterfly of `shfl_xor_sync`**;
-# 3. stage inputs in **shared memory** with coalesced loads behind a barrier, and say what that saves;
+# 3. stage inputs in **shared memory** with coalesced, batched loads behind a barrier, read them back with
+#    16-byte vector loads, and say what that saves;
 # 4. treat the decode **step** (`T = 1`) as what it is -- a copy of the state -- and compare it with the copy
 #    bandwidth;
 # 5. read the H200 numbers (including the launch-shape sweep) and say what still bounds this rung.
@@ -52,81 +53,104 @@ print("running on", "Numba's CUDA simulator (CPU)" if la.sim.active() else "a CU
 #
 # The same column-wise recurrence as r0, with two rearrangements that change nothing mathematically:
 #
-# * **split each column's rows** over `NS = 4` lanes: lane slice `s` holds rows `s, s+4, s+8, …` of `S[:, j]`
-#   (`R = ⌈K/4⌉` rows; 32 at `K = 128`). A dot product `k · S[:, j] = Σ_s (Σ_{i ≡ s} k_i S_ij)` is then `R`
-#   FMAs per lane plus a sum over the 4 lanes -- two `shfl_xor_sync` steps (by 1, then by 2) after which
-#   *every* lane holds the total, so `u_j` needs no broadcast;
+# * **split each column's rows** over `NS` lanes (the rung's `r1.NS`, printed below). The rows go in **chunks of
+#   4 consecutive rows**, dealt round-robin: lane slice `s` holds chunks `s, s + NS, s + 2·NS, …`, i.e. rows
+#   `4(m·NS + s) + e` for `m < RC`, `e < 4` -- `R = 4·RC` rows of `S[:, j]`, `RC = ⌈K / (4·NS)⌉`. A dot product
+#   `k · S[:, j] = Σ_s (Σ_{i of s} k_i S_ij)` is then `R` FMAs per lane plus a sum over the `NS` lanes --
+#   `log2(NS)` `shfl_xor_sync` steps (by 1, 2, 4, …) after which *every* lane holds the total, so `u_j` needs no
+#   broadcast. Why chunks of 4 and not every `NS`-th row: a lane's 4 values of `k` (and of `q`) for one chunk are
+#   contiguous in shared memory, one 16-byte load (`ld.shared.v4`) instead of four;
 # * **fold the decay into the update**: with `γ = exp(g_t)`, `k · (γS) = γ (k · S)`, so
 #
-# $$u_j = \beta_t\,(v_{tj} - \gamma\, k_t\cdot S[:, j]), \qquad S[:, j] \leftarrow \gamma\, S[:, j] + u_j\, k_t,
+# $$u_j = \beta_t\,v_{tj} - (\beta_t\gamma)\, k_t\cdot S[:, j], \qquad S[:, j] \leftarrow \gamma\, S[:, j] + u_j\, k_t,
 #   \qquad o_{tj} = \text{scale}\; q_t \cdot S[:, j]$$
 #
-# -- one multiply and one FMA per state element, no separate decay pass.
+# -- one multiply and one FMA per state element, no separate decay pass (`β_t` and `β_t γ` are staged per token).
 
 # %% [markdown]
 # ## 2. The thread/block map
 #
 # ```
-#   block = NW warps;  grid = (ceil(V / VB), B·H)  with  VB = NW · 8 · COLS  value columns per block
+#   block = NW warps;  grid = (ceil(V / VB), B·H)  with  VB = NW · (32 / NS) · COLS  value columns per block
 #
-#   lane l of warp w:   slice s = l % 4        -> rows  s, s+4, s+8, ...   (R = ceil(K/4) of them)
-#                       group  l // 4  (0..7)  -> columns col0 .. col0+COLS-1,
-#                       col0 = blockIdx.x·VB + w·(8·COLS) + (l//4)·COLS
+#   lane l of warp w:   slice s = l % NS           -> rows 4(m·NS + s) + e,  m < RC, e < 4   (R = 4·RC rows)
+#                       group grp = w·(32/NS) + l // NS
+#                                                  -> columns col0 .. col0 + COLS - 1,
+#                                                     col0 = blockIdx.x·VB + grp·COLS
 #
-#   registers per lane: S[R, COLS] (the state), kr[R], qr[R], u[COLS]
-#   shared per block:   ks, qs [TC, 4R] (tokens x padded K), vs [TC, VB], exp(g) and beta [TC]   (TC = 32 tokens)
+#   registers per lane: S[R, COLS] (the state), kr[R], qr[R], u, k.S, q.S [COLS], a staging batch
+#   shared per block:   ks, qs [TC, KP/4, 4] (tokens x padded K in 16-byte chunks, KP = NS·R),
+#                       vs [TC, VB/COLS, COLS], per token beta, beta·gamma, gamma [TC, 4]
 #
-#   per token:  k.S  -> R FMAs/column + shfl_xor 1, 2   (delta rule)
-#               S <- gamma S + k u ; q.S -> 2R FMAs/column + shfl_xor 1, 2 ; lane s == c % 4 writes o[t, col]
-#   per TC tokens: stage the tile (coalesced), syncthreads, walk the tokens, syncthreads
+#   per token:  k.S  -> R FMAs/column + log2(NS) shfl_xor steps                 (delta rule)
+#               S <- gamma S + k u ; q.S -> 2R FMAs/column; the previous token's q.S butterfly
+#               (interleaved with this token's k.S one); lane slice s == c writes o[t-1, col0 + c]
+#   per TC tokens: stage the tile (coalesced, STAGE_BATCH loads in flight per thread), syncthreads,
+#                  walk the tokens, syncthreads
 # ```
 #
 # The ownership of one warp's part of the state, computed from the rung's own constants (`NS`, `GROUPS`,
-# `DEFAULT_COLS`) -- each cell shows the lane that holds that element in its registers:
+# `launch_config` with the module's defaults), for a `K` with two chunks per lane -- each cell shows the lane that
+# holds that element in its registers, its colour the lane's slice `s`:
 
 # %%
-K_ = 16
-R_, cols, nw = r1.launch_config(K_, 128)
+K_ = 2 * 4 * r1.NS  # two 4-row chunks per lane
+RC_, cols, nw = r1.launch_config(K_, 128)
+R_ = 4 * RC_
 warp_cols = r1.GROUPS * cols
-lane_of = np.empty((K_, warp_cols), int)
+lane_of = np.full((K_, warp_cols), -1)
 for lane in range(32):
     s, grp = lane % r1.NS, lane // r1.NS
     for r in range(R_):
+        i = 4 * ((r // 4) * r1.NS + s) + r % 4  # the rung's row map: chunk m = r // 4, row e = r % 4 in it
         for c in range(cols):
-            lane_of[r * r1.NS + s, grp * cols + c] = lane
-fig, ax = plt.subplots(figsize=(9, 4.2))
-ax.imshow(lane_of // r1.NS, cmap="tab10", aspect="auto", alpha=0.55)
+            lane_of[i, grp * cols + c] = lane
+assert (lane_of >= 0).all()  # every element has exactly one owner (each is written once above)
+fig, ax = plt.subplots(figsize=(14, 0.5 * warp_cols + 1.4))
+ax.imshow((lane_of % r1.NS).T, cmap="tab20" if r1.NS > 10 else "tab10", aspect="auto", alpha=0.55)
 for i in range(K_):
     for j in range(warp_cols):
-        ax.text(j, i, lane_of[i, j], ha="center", va="center", fontsize=7)
-ax.set_xlabel(f"value column j within the warp's {warp_cols} columns (COLS = {cols} per lane; colour = group of "
-              f"{r1.NS} lanes)")
-ax.set_ylabel(f"state row i (K = {K_}, R = {R_} rows per lane)")
+        ax.text(i, j, lane_of[i, j], ha="center", va="center", fontsize=6)
+for j in range(cols, warp_cols, cols):  # boundaries between column groups
+    ax.axhline(j - 0.5, color="k", lw=0.8)
+ax.set_xlabel(f"state row i (K = {K_}: RC = {RC_} chunks of 4 rows, R = {R_} rows per lane; colour = slice s = "
+              f"lane % {r1.NS})")
+ax.set_ylabel(f"value column j\n({warp_cols} per warp,\nCOLS = {cols} per lane)")
 ax.set_title("r1: which lane of warp 0 holds S[i, j] in its registers", fontsize=9)
 plt.show()
-print(f"at K = V = 128: R = {r1.launch_config(128, 128)[0]} rows x COLS = {cols} columns = "
-      f"{r1.launch_config(128, 128)[0] * cols} state registers per lane; VB = {nw * warp_cols} columns per block "
-      f"of {nw} warps")
+
+RC128, cols128, nw128 = r1.launch_config(128, 128)
+vb128 = nw128 * r1.GROUPS * cols128
+print(f"at K = V = 128: RC = {RC128} chunks, R = {4 * RC128} rows x COLS = {cols128} columns = "
+      f"{4 * RC128 * cols128} state registers per lane; VB = {vb128} columns per block of {nw128} warps "
+      f"({-(-128 // vb128)} blocks per head); a lane's k (and q) for one token: {RC128} 16-byte shared loads")
 
 # %% [markdown]
 # ## 3. The kernel
 #
-# From the package, with `inspect.getsource`. Look for: the staging loops (unconditional, clamped loads so the
-# compiler can issue them back to back; values masked after the load), the two `syncthreads` per tile, the
-# `shfl_xor_sync` butterflies, the independent partial sums that shorten each dependent-add chain, and the
-# `HAS_*` flags folded at compile time.
+# From the package, with `inspect.getsource`. Look for: the staging loops (clamped loads in batches of
+# `STAGE_BATCH` into registers, then masked stores, so a thread's loads issue back to back and a tile costs a few
+# memory latencies, not one per element), the 16-byte aligned `[TC, KP/4, 4]` tiles (a lane's chunk of `k` or `q`
+# is one vector load), the two `syncthreads` per tile, the `shfl_xor_sync` butterflies -- the output's one
+# pipelined by a token, so two independent butterflies are in flight -- the four independent partial sums that
+# shorten each dependent-add chain, the 0/1 weights `wsel` that pick a lane's output column without indexing a
+# local array by lane (which would put it in local memory), and the `HAS_*` flags folded at compile time.
 
 # %%
 display(Code(inspect.getsource(r1._kernel), language="python"))
 
 # %% [markdown]
 # At `T = 1` (the decode step) the work is a copy of the state plus a little arithmetic, so a different map
-# is better: lane → value column (a warp reads 128 contiguous bytes of a state row per load), warp → a slab of
-# rows, and the two dot products reduced across warps through shared memory:
+# is better: lane → value columns `lane + 32c` (`CS` of them; a warp reads 128 contiguous bytes of a state row per
+# load), `SW` warps → slabs of `K / SW` rows, every state load issued before any arithmetic, and the two dot
+# products reduced across warps through shared memory. Its launch bounds ask for `SMB` blocks per SM, which caps
+# the registers so that one block can load while another computes and stores:
 
 # %%
 display(Code(inspect.getsource(r1._step_kernel), language="python"))
 display(Code(inspect.getsource(r1.forward), language="python"))
+print(f"decode-step defaults: SW = {r1.SW} warps, CS = {r1.CS} columns per lane, launch bounds for SMB = {r1.SMB} "
+      f"blocks per SM; at K = V = 128 a thread holds {-(-128 // r1.SW) * r1.CS} state values")
 
 # %% [markdown]
 # ## 4. Smoke run against the oracle
@@ -155,20 +179,36 @@ display(Markdown("| recurrence | rel err o | rel err state | o via 16 steps | st
 # %% [markdown]
 # ## 5. Napkin math
 #
-# Per token and head (`K = V = 128`, fp32), the FLOPs are r0's (`4KV` to `7KV`). What changed is the traffic
-# and the parallelism:
+# Per token and head, the FLOPs are r0's (`4KV` to `7KV`). What changed is the traffic and the parallelism
+# (the numbers for the standard shape are printed below, from the rung's constants):
 #
-# * **Device memory**: the inputs once per block -- `(2K + V + 2) · 4 ≈ 1.5 KiB` per token-head, `q`, `k`
-#   read by each of the `⌈V/VB⌉ = 2` blocks of a head -- plus the state once in and once out per *sequence*.
-#   No per-token state traffic at all (r0: 128 KiB per pass per token-head).
-# * **Threads**: `B · H · V · NS / COLS` = 16 k threads, 512 warps: about 4 warps per SM on 132 SMs -- one per
-#   warp scheduler. Better than r0 (2 per SM), still very thin.
+# * **Device memory**: the inputs once per block -- `(2K + V + 2) · 4` bytes per token-head, `q`, `k` staged again
+#   by each of the `⌈V/VB⌉` blocks of a head (the repeats hit L2) -- plus the state once in and once out per
+#   *sequence*. No per-token state traffic at all (r0: `K·V·4` bytes per pass, several passes per token-head).
+# * **Threads**: `B · H · V · NS / COLS` of them: a few warps per SM, one or two per warp scheduler -- better
+#   than r0, still thin.
 # * **Per token, per warp**: for each of its `COLS` columns, `R` FMAs for `k · S` (delta), `2R` for update and
-#   output, 2 + 2 shuffles, and `2R` shared loads for `k, q` -- a few hundred instructions, most of them in
-#   dependent chains (each shuffle waits for its sum, the update waits for `u`).
-#
+#   output, `log2(NS)` shuffles for each of the two reductions; per lane `RC` 16-byte shared loads each of `k`
+#   and `q` -- a few hundred instructions, most of them in dependent chains (each shuffle waits for its sum, the
+#   update waits for `u`).
+
+# %%
+Bs, Ts, Hs, Ks, Vs = (figures.STANDARD[k] for k in "BTHKV")
+RCs, colss, nws = r1.launch_config(Ks, Vs)
+vbs = nws * r1.GROUPS * colss
+log_ns = r1.NS.bit_length() - 1
+print(f"standard shape B{Bs} T{Ts} H{Hs} K{Ks} V{Vs}, defaults NS = {r1.NS}, COLS = {colss}, NW = {nws}, TC = {r1.TC}:")
+print(f"  inputs per token-head: (2K + V + 2) * 4 = {(2 * Ks + Vs + 2) * 4} bytes; q, k staged by "
+      f"{-(-Vs // vbs)} blocks per head")
+print(f"  threads: B H V NS / COLS = {Bs * Hs * Vs * r1.NS // colss} = {Bs * Hs * Vs * r1.NS // colss // 32} warps "
+      f"in {-(-Vs // vbs) * Bs * Hs} blocks of {nws} warps")
+print(f"  per lane and token: R = {4 * RCs} rows x {colss} columns: {2 * 4 * RCs * colss} FMAs for update and q.S "
+      f"and {log_ns * colss} shuffles, plus {4 * RCs * colss} FMAs and {log_ns * colss} shuffles for k.S (delta "
+      f"rule); {2 * RCs} 16-byte shared loads of k and q")
+
+# %% [markdown]
 # So at the standard shape the bound is neither bandwidth nor FLOPs: it is **issue latency of a sequential chain
-# per token, with about one warp per scheduler to hide it**. The H200 numbers:
+# per token, with one or two warps per scheduler to hide it**. The H200 numbers:
 
 # %%
 data_dir = figures.find_data_dir()
@@ -181,10 +221,8 @@ std = tuple(figures.STANDARD[k] for k in "BTHKV")
 if data is None:
     print("No bench results found (figures/data/*.json): run `linattn-numba bench` on a GPU machine.")
 else:
-    Bs, Ts, Hs, Ks, Vs = std
     copy_gbps, peak, src = figures.ceilings(data)
-    R128, cols128, nw128 = r1.launch_config(Ks, Vs)
-    warps = Bs * Hs * Vs * r1.NS // cols128 // 32
+    warps = Bs * Hs * Vs * r1.NS // colss // 32
     sms = (data.sources[-1].get("device") or {}).get("multiprocessors") or 132
     print(f"standard shape: {warps} warps on {sms} SMs = {warps / sms:.1f} warps per SM")
     lines = []
@@ -211,27 +249,48 @@ else:
 # FLOPs of the plain one, the extra arithmetic fits into the latency the chain pays anyway -- the signature of a
 # latency-bound kernel.
 #
-# ### The launch shape: `(COLS, NW)`
+# ### The launch knobs
 #
 # `COLS` (value columns per lane) trades parallelism (fewer threads) for reuse (each shared load of `k`, `q`
-# feeds `COLS` FMAs); `NW` (warps per block) sets how many warps share one staged tile. The bench's `--tune`
-# sweep, from the data:
+# feeds `COLS` columns, and the `COLS` reductions run side by side); `NS` (lanes per column) trades shuffle steps
+# for rows per lane; `NW` (warps per block) sets how many warps share one staged tile; `TC` how many tokens one
+# pair of barriers covers. The decode step has its own: `SW`, `CS`, `SMB` (section 3). The bench's `--tune` sweep,
+# from the newest data file that has one -- if that file is older than the rung's current code, its rows describe
+# the kernel as it was then, and the rung's defaults may be missing from it:
 
 # %%
-if data is not None and data.tune:
-    tune = [t for t in data.tune if "median_ms" in t and "cols" in t]
-    best = min(tune, key=lambda t: t["median_ms"])
-    rows = [f"| {t['cols']} | {t['nw']} | {t['median_ms']:.3f} | "
-            + ("**fastest**" if t is best else "") + (" default" if (t["cols"], t["nw"]) ==
-                                                      (r1.DEFAULT_COLS, r1.DEFAULT_NW) else "") + " |"
-            for t in sorted(tune, key=lambda t: t["median_ms"])]
-    shp = figures.shape_str(tuple(tune[0]["shape"][k] for k in "BTHKV"))
-    display(Markdown(f"{tune[0]['recurrence']} at {shp}\n\n| COLS | NW | ms | |\n|--:|--:|--:|---|\n"
-                     + "\n".join(rows)))
-    if (best["cols"], best["nw"]) != (r1.DEFAULT_COLS, r1.DEFAULT_NW):
-        print(f"Note: in this data the fastest launch is COLS={best['cols']}, NW={best['nw']}, not the rung's default "
-              f"COLS={r1.DEFAULT_COLS}, NW={r1.DEFAULT_NW} (exercise 2).")
-else:
+KNOBS = ("cols", "nw", "tc", "ns")
+STEP_KNOBS = ("sw", "cs", "smb")
+DEFAULTS = dict(cols=r1.DEFAULT_COLS, nw=r1.DEFAULT_NW, tc=r1.TC, ns=r1.NS, sw=r1.SW, cs=r1.CS, smb=r1.SMB)
+
+
+def tune_table(records, knobs):
+    """Markdown rows of one sweep, fastest first; a knob the record lacks (older data) shows as -."""
+    best = min(records, key=lambda t: t["median_ms"])
+    rows = []
+    for t in sorted(records, key=lambda t: t["median_ms"]):
+        mark = ("**fastest**" if t is best else "") + (
+            " default" if all(t.get(n) == DEFAULTS[n] for n in knobs) else "")
+        rows.append("| " + " | ".join(str(t.get(n, "-")) for n in knobs) + f" | {t['median_ms']:.3f} | {mark} |")
+    shp = figures.shape_str(tuple(records[0]["shape"][k] for k in "BTHKV"))
+    head = "| " + " | ".join(n.upper() for n in knobs) + " | ms | |\n|" + "--:|" * (len(knobs) + 1) + "---|\n"
+    display(Markdown(f"{records[0]['recurrence']} at {shp}\n\n" + head + "\n".join(rows)))
+    if not any(all(t.get(n) == DEFAULTS[n] for n in knobs) for t in records):
+        print("The rung's defaults (" + ", ".join(f"{n.upper()}={DEFAULTS[n]}" for n in knobs) + ") are not in this "
+              "sweep: rerun `linattn-numba bench --tune` on a GPU to measure them.")
+    elif any(best.get(n) != DEFAULTS[n] for n in knobs):
+        print("Note: in this data the fastest is " + ", ".join(f"{n.upper()}={best.get(n)}" for n in knobs)
+              + ", not the rung's default (exercise 2).")
+
+
+tune = [t for t in (data.tune if data is not None else []) if "median_ms" in t and "error" not in t]
+seq = [t for t in tune if "cols" in t]
+step = [t for t in tune if "sw" in t]
+if seq:
+    tune_table(seq, KNOBS)
+if step:
+    tune_table(step, STEP_KNOBS)
+if not seq and not step:
     print("No tune records: run `linattn-numba bench --tune` on a GPU.")
 
 # %% [markdown]
@@ -259,7 +318,7 @@ if data is not None:
 # ## 7. What limits r1, and what r2 changes
 #
 # * r1 is still a **chain of `T` dependent token steps** per column group: the FLOPs per step are tiny and the
-#   GPU waits on latency (shuffles, shared loads, FMA chains) with ~1 warp per scheduler.
+#   GPU waits on latency (shuffles, shared loads, FMA chains) with one or two warps per scheduler.
 # * More threads would need a smaller share of the state per thread (more shuffles), or more heads.
 # * The FLOPs are vector FMAs; the tensor cores (which hold most of the H200's FLOP/s) are idle.
 #
@@ -269,13 +328,15 @@ if data is not None:
 #
 # ## Exercises
 #
-# 1. Split each column over 8 lanes instead of 4 (`NS`; `launch_config` and `forward` take it as `ns`). What
-#    happens to registers per lane, to the number of shuffles per token, and to the thread count? Rerun the smoke
-#    test with `r1.forward(..., ns=8)`, and compile for sm_90 (`linattn-numba compile-check recurrent`) to see the
-#    register count.
-# 2. The sweep above may disagree with `DEFAULT_COLS`/`DEFAULT_NW`. Decide from the data which default you would
-#    ship, and at which shapes you would re-measure before changing it.
-# 3. The step kernel loads the state with lane → column. Why would r1's sequence map (4 lanes per column, rows
-#    strided by 4) make the step slower? Count the bytes a warp requests per load in both maps.
+# 1. Split each column over half and over twice as many lanes as the default `NS` (`launch_config` and
+#    `forward` take it as `ns`). What happens to the rows per lane, to the number of shuffles per token, to the
+#    16-byte loads per lane, and to the thread count? Rerun the smoke test with `r1.forward(..., ns=...)`, and
+#    compile that variant for sm_90 to see the register count: `r1._kernel(RC, COLS, NW, ..., TC, NS)` with
+#    `RC, COLS, NW` from `r1.launch_config(..., ns=...)`, the argtypes of `r1.compile_targets()`,
+#    `numba.cuda.compile_ptx` with the simulator off, then `ptxas -v`.
+# 2. The sweep above may disagree with the rung's defaults (`DEFAULT_COLS`, `DEFAULT_NW`, `TC`, `NS`). Decide from
+#    the data which default you would ship, and at which shapes you would re-measure before changing it.
+# 3. The step kernel loads the state with lane → column. Why would r1's sequence map (`NS` lanes per column, each
+#    holding chunks of 4 rows) make the step slower? Count the bytes a warp requests per load in both maps.
 # 4. Estimate the decode step's time at B = 256, H = 16, K = V = 128 if it ran at the copy bandwidth in the data,
 #    and compare with the measured time. Where could the difference go?

@@ -145,9 +145,16 @@ def test_rung_selection():
         la.attention(inp["q"], inp["k"], inp["v"], rung="fastest")
     assert la.RUNGS[:2] == ("naive", "recurrent")
     assert la.auto_rung(64, 64, 64) in la.RUNGS
-    assert la.auto_rung(64, 64, 64) == "recurrent"
-    assert la.auto_rung(64, 256, 64) == "chunked"  # beyond r1's register budget
+    # measured on the H200: the chunked rung with shared memory for the additive recurrences, the token
+    # recurrence for the delta family (figures/data)
+    assert la.auto_rung(64, 64, 64) == "shared"
+    assert la.auto_rung(64, 64, 64, "decay") == "shared"
+    assert la.auto_rung(64, 64, 64, "gated_delta") == "recurrent"
+    assert la.auto_rung(64, 256, 64, "delta") == "chunked"  # beyond r1's and r3's K limits
     assert la.auto_rung(64, 512, 64) == "naive"
+    assert la.auto_rung(64, 64, 64, "plain", chunk_size=128) == "recurrent"  # r3 offers C <= 64; r1 has no chunks
+    with pytest.raises(ValueError, match="recurrence"):
+        la.auto_rung(64, 64, 64, "softmax")
     big_k = make_inputs(1, 3, 1, 160, 4, "plain")
     with pytest.raises(ValueError, match="supports K <= 128"):
         la.attention(big_k["q"], big_k["k"], big_k["v"], rung="recurrent")

@@ -8,7 +8,7 @@ import pytest
 
 import linattn_numba as la
 from linattn_numba import grading_cases, reference, rungs
-from linattn_numba.grading_cases import FP16_CASE, NO_STATE_CASE, ORACLE_CASES
+from linattn_numba.grading_cases import CHUNK64_CASE, FP16_CASE, NO_STATE_CASE, ORACLE_CASES
 from linattn_numba.testing import TOL_FP32, make_inputs, rel_err
 
 # The cases (shapes, recurrences, seeds) live in linattn_numba.grading_cases: the grader
@@ -47,6 +47,17 @@ def test_rung_float16_inputs(rung):
     o_ref, h_ref = FP16_CASE.reference(inp)
     assert rel_err(o, o_ref) <= TOL_FP32
     assert rel_err(ht, h_ref) <= TOL_FP32
+
+
+@pytest.mark.parametrize("rung", la.RUNGS)
+def test_rung_at_chunk_64(rung):
+    """Chunks of 64 and a tail (the token-recurrent rungs ignore the chunk size)."""
+    mod = rungs.module(rung)
+    inp = CHUNK64_CASE.inputs()
+    o, ht = run_forward(rung, inp, chunk_size=grading_cases.chunk_size_for(mod, CHUNK64_CASE.chunk))
+    o_ref, h_ref = CHUNK64_CASE.reference(inp)
+    assert rel_err(o, o_ref) <= TOL_FP32, f"output: rel err {rel_err(o, o_ref):.2e}"
+    assert rel_err(ht, h_ref) <= TOL_FP32, f"final state: rel err {rel_err(ht, h_ref):.2e}"
 
 
 @pytest.mark.parametrize("rung", la.RUNGS)

@@ -443,6 +443,96 @@ def test_deadlock_is_reported_not_hung():
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Named barriers (bar.sync / bar.arrive with an id and a thread count)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@cuda.jit
+def producer_consumer_kernel(out, rounds):
+    # Warp 1 produces round r into slot r % 2 of a double buffer, warp 0 consumes it: FULL (ids 1, 2) says
+    # "slot s is written", EMPTY (ids 3, 4) "slot s was read". The producer sleeps before each write, so a
+    # consumer that did not wait for FULL reads the previous round's (or the initial -1) values.
+    buf = cuda.shared.array((2, 32), int32)
+    tid = cuda.threadIdx.x
+    lane = tid % 32
+    if tid < 32:
+        buf[0, lane] = -1
+        buf[1, lane] = -1
+    cuda.syncthreads()
+    if tid >= 32:
+        for r in range(rounds):
+            s = r % 2
+            if r >= 2:
+                sim.bar_sync(3 + s, 64)  # the consumer is done with round r - 2
+            time.sleep(0.002)
+            buf[s, lane] = 100 * r + lane
+            sim.bar_arrive(1 + s, 64)
+        return
+    for r in range(rounds):
+        s = r % 2
+        sim.bar_sync(1 + s, 64)
+        time.sleep(0.001 * (lane % 3))  # slow readers: a producer that did not wait for EMPTY overwrites
+        out[r, lane] = buf[s, lane]
+        if r + 2 < rounds:
+            sim.bar_arrive(3 + s, 64)
+
+
+def test_named_barriers_hand_over_a_double_buffer():
+    rounds = 6
+    out = np.zeros((rounds, 32), np.int64)
+    producer_consumer_kernel[1, 64](out, rounds)
+    np.testing.assert_array_equal(out, 100 * np.arange(rounds)[:, None] + np.arange(32)[None, :])
+
+
+@cuda.jit
+def subset_barrier_kernel(out):
+    # Warps 0 and 1 exchange values through barrier 5 (count 64) while warp 2 never takes part and returns.
+    s = cuda.shared.array(64, int32)
+    tid = cuda.threadIdx.x
+    if tid >= 64:
+        return
+    s[tid] = -1
+    sim.bar_sync(5, 64)
+    time.sleep(0.001 * (tid % 4))
+    s[tid] = tid + 7
+    sim.bar_sync(5, 64)
+    out[tid] = s[63 - tid]
+
+
+def test_named_barrier_among_a_subset_of_warps():
+    out = np.zeros(64, np.int64)
+    subset_barrier_kernel[1, 96](out)
+    np.testing.assert_array_equal(out, 63 - np.arange(64) + 7)
+
+
+def test_named_barrier_wrong_usage_raises():
+    @cuda.jit
+    def bad_count():
+        sim.bar_sync(1, 48)
+
+    @cuda.jit
+    def bad_id():
+        sim.bar_arrive(0, 32)
+
+    @cuda.jit
+    def mixed_counts():
+        sim.bar_sync(2, 64 if cuda.threadIdx.x < 32 else 32)
+
+    @cuda.jit
+    def never_reached():
+        sim.bar_sync(1, 64)  # only 32 threads exist
+
+    with pytest.raises(ValueError, match="multiple of 32"):
+        bad_count[1, 32]()
+    with pytest.raises(ValueError, match="outside 1..15"):
+        bad_id[1, 32]()
+    with pytest.raises(RuntimeError, match="named barrier 2"):
+        mixed_counts[1, 64]()
+    with pytest.raises(RuntimeError, match=r"deadlock.*bar\.sync 1, 64"):
+        never_reached[1, 32]()
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Shared memory
 # ---------------------------------------------------------------------------------------------------------
 

@@ -1,20 +1,63 @@
 #!/usr/bin/env bash
-# One H200 session's work in one command (device time is scarce): GPU test tier, then the bench.
-# Usage (on the device machine, after the gpu-wheels install line): bash tools/h200.sh MODE [bench args...]
-#   MODE = tests | bench | all
+# One H200 session's evidence in as few device calls as possible (device time is scarce).
+# Usage (on the device machine, after the gpu-wheels install line):
+#   bash tools/h200.sh MODES [bench args...]      MODES: comma-separated, run in this order:
+#     tests     the GPU test tier (tests/test_gpu.py, the GPU tests of tests/test_r4_scan.py)
+#     bench     the standard shape: every rung except r0/r2 (their last records stay in figures/data), fla, SDPA,
+#               the decode step, r1's launch sweep; extra args go to this bench (e.g. --rungs ...)
+#     long      long context, B1 H2 K=V=128: decay at T = 1M, gated delta at T = 256K (r3, r4, fla chunk)
+#     sweep     time against T at B1 H16 K=V=128 (decay): r3, fla chunk, SDPA
+#     sanitize  compute-sanitizer memcheck, racecheck, synccheck on r2-r5 at a mid-size shape
+#     ncu       Nsight Compute sections of r1, r3, r5 at the standard shape (CSV for linattn_numba.ncu)
+#   all = tests,bench (the old default); evidence = tests,bench,long; evidence2 = sweep,sanitize,ncu
+# Outputs go to $OUT (the device tool's folder): bench JSON named for figures/data, logs, the ncu CSV.
 set -u
 export PYTHONUNBUFFERED=1
-mode=${1:-all}; shift || true
+modes=${1:-all}; shift || true
+case "$modes" in
+  all) modes=tests,bench;;
+  evidence) modes=tests,bench,long;;
+  evidence2) modes=sweep,sanitize,ncu;;
+esac
 out=${OUT:-/tmp/out}; mkdir -p "$out"
+sha=$(echo "${LINATTN_GIT_SHA:-nogit}" | cut -c1-7)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/nvidia-smi.txt"
 python3 -c "import numba, numba_cuda, numpy; print('numba', numba.__version__, 'numpy', numpy.__version__)"
+bench() { python3 -m linattn_numba.cli bench "$@" 2>&1 | tail -60; return "${PIPESTATUS[0]}"; }
 rc=0
-if [ "$mode" = tests ] || [ "$mode" = all ]; then
-  timeout 240 python3 -m pytest -m gpu tests/test_gpu.py -q -x -p no:cacheprovider 2>&1 | tee "$out/gpu_tests.log"
-  rc=${PIPESTATUS[0]}
-fi
-if [ "$mode" = bench ] || [ "$mode" = all ]; then
-  python3 -m linattn_numba.cli bench "$@" 2>&1 | tee "$out/bench.log"
-  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-fi
+for m in ${modes//,/ }; do
+  echo "=== $m ($(date +%T))"
+  case "$m" in
+    tests)
+      timeout 200 python3 -m pytest -m gpu tests/test_gpu.py tests/test_r4_scan.py -q -x -p no:cacheprovider 2>&1 | tail -25 | tee "$out/gpu_tests.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
+    bench)
+      bench --rungs recurrent,shared,scan,warp_roles --step --softmax --tune --out "$out/h200_ladder_$sha.json" "$@" \
+        | tee "$out/bench.log" || rc=1;;
+    long)
+      bench --shape 1,1048576,2,128,128 --recurrences decay --rungs shared,scan --fla chunk \
+        --out "$out/h200_long_decay_$sha.json" | tee "$out/long_decay.log" || rc=1
+      bench --shape 1,262144,2,128,128 --recurrences gated_delta --rungs shared,scan --fla chunk \
+        --out "$out/h200_long_gdn_$sha.json" | tee "$out/long_gdn.log" || rc=1;;
+    sweep)
+      bench --shape 1,1024,16,128,128 --shape 1,4096,16,128,128 --shape 1,16384,16,128,128 \
+        --shape 1,65536,16,128,128 --recurrences decay --rungs shared --fla chunk --softmax \
+        --out "$out/h200_sweep_$sha.json" | tee "$out/sweep.log" || rc=1;;
+    sanitize)
+      for tool in memcheck racecheck synccheck; do
+        echo "== $tool"
+        timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tools/sanitize.py \
+          --rungs chunked,shared,scan,warp_roles 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
+        echo "exit status ${PIPESTATUS[0]}"
+      done 2>&1 | tee "$out/h200_sanitize.txt";;
+    ncu)
+      timeout 200 ncu --clock-control none --profile-from-start off --csv --page details \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio \
+        python3 tools/ncu_rungs.py --rungs recurrent,shared,warp_roles --recurrences decay,gated_delta \
+        > "$out/h200_ncu_$sha.csv" 2> "$out/ncu.err" || rc=1
+      tail -3 "$out/ncu.err";;
+    *) echo "unknown mode $m" >&2; rc=2;;
+  esac
+done
 exit $rc

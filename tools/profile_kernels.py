@@ -1,4 +1,14 @@
-"""Launch r1 (gated delta, standard shape) and the decode step once each, for `ncu` (stall reasons, SOL)."""
+"""Launch r1 (gated delta, standard shape) and its decode step twice each with the module's launch defaults, for
+`ncu`: issue rate, instruction count and stall reasons of the sequence kernel, DRAM throughput of the step. E.g.
+
+    ncu --clock-control none --kernel-name regex:"recurrent_kernel|step_kernel" --launch-count 3 \
+        --metrics smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,\
+    dram__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum \
+        --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio \
+        python3 tools/profile_kernels.py
+
+(the first launch of each kernel also compiles it; ncu times only the kernel either way).
+"""
 import numpy as np
 from numba import cuda
 

@@ -17,6 +17,7 @@ import numpy as np
 from numba import cuda
 
 from . import reference, rungs, sim
+from .reference import RECURRENCES
 from .rungs import RUNGS
 
 _NO_GPU = (
@@ -194,8 +195,8 @@ def _to_device(x: _In | None):
     return cuda.to_device(np.ascontiguousarray(a))
 
 
-def _rung_module(rung, K, V, T, chunk_size):
-    name = auto_rung(T, K, V) if rung == "auto" else rung
+def _rung_module(rung, K, V, T, chunk_size, recurrence=None):
+    name = auto_rung(T, K, V, recurrence, chunk_size) if rung == "auto" else rung
     if not isinstance(name, str) or name not in RUNGS:
         raise ValueError(f"rung must be 'auto' or one of {RUNGS}, got {rung!r}")
     mod = rungs.module(name)
@@ -209,15 +210,33 @@ def _rung_module(rung, K, V, T, chunk_size):
     return mod
 
 
-def auto_rung(T: int, K: int, V: int) -> str:
-    """The rung ``rung="auto"`` uses for a shape: the fastest correct landed rung, from the H200 measurements.
+def auto_rung(T: int, K: int, V: int, recurrence: str | None = None, chunk_size: int = 64) -> str:
+    """The rung ``rung="auto"`` uses for a shape: the fastest landed rung measured correct on the H200.
 
-    At B4 T8192 H16 K=V=128 (figures/data) r1 ``recurrent`` runs 9-11 ms, r2 ``chunked`` 25-42 ms and r0
-    ``naive`` 126-218 ms for the four recurrences. So: ``recurrent`` for K <= 128, ``chunked`` for K <= 256,
-    else ``naive`` (any K).
+    From ``figures/data`` (B4 T8192 H16 K=V=128, float32): for the additive recurrences (plain, decay) r3
+    ``shared`` and r5 ``warp_roles`` are within a few percent of each other and ahead of r1 ``recurrent``; for the
+    delta rule and the gated delta rule r1 ``recurrent`` is the fastest rung (its state pass does one K x V update
+    per token; the chunked rungs pay for the WY solve and the [W; Q'] S product). So: K <= 128 picks ``shared``
+    (additive, or recurrence unknown) or ``recurrent`` (delta family); K <= 256 picks ``chunked``; larger K
+    ``naive``. r4 ``scan`` is not picked automatically: it is the rung for long sequences over few heads
+    (``rung="scan"``), and its long-context configurations with the r3 engine have not been measured on the
+    H200 yet.
+
+    Args:
+        T, K, V: sequence length and head dimensions.
+        recurrence: one of :data:`linattn_numba.reference.RECURRENCES`, or None (treated as additive).
+        chunk_size: the chunk size the call asks for; rungs that do not offer it (``CHUNK_SIZES``) are skipped.
     """
-    for name in ("recurrent", "chunked"):
-        if name in RUNGS and K <= rungs.module(name).MAX_K:
+    if recurrence is not None and recurrence not in RECURRENCES:
+        raise ValueError(f"recurrence must be one of {RECURRENCES} or None, got {recurrence!r}")
+    delta = recurrence in ("delta", "gated_delta")
+    order = ("recurrent", "shared") if delta else ("shared", "recurrent")
+    for name in order + ("chunked",):
+        mod = rungs.module(name) if name in RUNGS else None
+        if mod is None or K > (mod.MAX_K or K) or V > (mod.MAX_V or V):
+            continue
+        sizes = getattr(mod, "CHUNK_SIZES", None)
+        if sizes is None or chunk_size in sizes:
             return name
     return "naive"
 
@@ -298,7 +317,8 @@ def attention(
     if hi is not None:
         _check_shape(hi, (B, H, K, V), "[B, H, K, V]")
     s = _scale(scale, K)
-    mod = _rung_module(rung, K, V, T, chunk_size)
+    recurrence = RECURRENCES[(gi is not None) + 2 * (bi is not None)]
+    mod = _rung_module(rung, K, V, T, chunk_size, recurrence)
     if validate:
         for x in (qi, ki, vi, hi):
             if x is not None:

@@ -209,8 +209,11 @@ def _host(x):
 
 
 def bench_shape(timer, shape, recurrence, rung_names, dtype=np.float32, peers=True, softmax=False, progress=None,
-                tol=2e-4):
-    """Verify and time every rung (and peer) on one shape/recurrence. Returns a list of records."""
+                tol=2e-4, fla="all"):
+    """Verify and time every rung (and peer) on one shape/recurrence. Returns a list of records.
+
+    ``fla``: ``"all"``, ``"chunk"`` or ``"fused_recurrent"``: which of fla's kernels to time as peers.
+    """
     from numba import cuda
 
     from . import peers as peer_mod
@@ -238,6 +241,8 @@ def bench_shape(timer, shape, recurrence, rung_names, dtype=np.float32, peers=Tr
                       flops, nbytes, True))
     if peers:
         for name, fn in peer_mod.fla_peers(recurrence).items():
+            if fla != "all" and not name.startswith(f"fla_{fla}_"):
+                continue
             impls.append((name, "peer", recurrence, lambda fn=fn: fn(*args, None, True), flops, nbytes, True))
         sm = peer_mod.softmax_peer() if softmax else None
         if sm is not None:  # a different function: timed as the quadratic baseline, not checked
@@ -328,10 +333,12 @@ def bench_copy(timer, nbytes=2**30):
     return rec
 
 
-TUNE_CONFIGS = (  # (COLS, NW, TC, NS) for r1
-    (2, 4, 32, 4), (1, 4, 32, 4), (2, 4, 16, 4), (2, 4, 8, 4), (1, 4, 16, 4),
-    (2, 4, 32, 8), (1, 4, 32, 8), (4, 4, 32, 8), (2, 2, 32, 8), (2, 4, 16, 8),
-    (1, 4, 32, 16), (1, 8, 32, 16), (2, 4, 32, 16), (1, 2, 32, 16), (1, 4, 32, 32), (1, 8, 32, 32),
+TUNE_CONFIGS = (  # (COLS, NW, TC, NS) for r1 (COLS <= NS)
+    (2, 8, 32, 8), (1, 8, 32, 4), (1, 8, 32, 8), (2, 4, 32, 8), (2, 8, 16, 8), (1, 4, 32, 8),
+    (2, 8, 32, 4), (2, 8, 32, 16), (4, 8, 32, 16), (1, 4, 32, 4),
+)
+STEP_CONFIGS = (  # (SW, CS, SMB) for r1's decode step: warps splitting K, columns per lane, blocks per SM
+    (8, 4, 2), (8, 2, 2), (4, 2, 3), (8, 1, 2), (16, 4, 1), (4, 4, 2), (8, 1, 3),
 )
 
 
@@ -365,8 +372,8 @@ def tune_recurrent(timer, shape=STANDARD, recurrence="gated_delta", configs=TUNE
     return out
 
 
-def tune_step(timer, shape=DECODE, recurrence="gated_delta", sws=(2, 4, 8, 16)):
-    """Time the decode-step kernel over SW (warps splitting K): the record behind r1's SW."""
+def tune_step(timer, shape=DECODE, recurrence="gated_delta", configs=STEP_CONFIGS):
+    """Time the decode-step kernel over (SW, CS, SMB): the record behind r1's SW, CS and SMB."""
     from numba import cuda
 
     from .rungs import r1_recurrent
@@ -377,15 +384,17 @@ def tune_step(timer, shape=DECODE, recurrence="gated_delta", sws=(2, 4, 8, 16)):
     d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
     o = cuda.device_array((B, 1, H, V), np.float32)
     out = []
-    for sw in sws:
-        rec = {"key": "step", "sw": sw, "recurrence": recurrence, "shape": dict(B=B, T=1, H=H, K=K, V=V)}
+    for sw, cs, smb in configs:
+        rec = {"key": "step", "sw": sw, "cs": cs, "smb": smb, "recurrence": recurrence,
+               "shape": dict(B=B, T=1, H=H, K=K, V=V)}
         try:
             st = cuda.to_device(inp["initial_state"])  # one step from the initial state, checked, then timed
-            r1_recurrent.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, st, st, K**-0.5, sw=sw)
+            r1_recurrent.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, st, st, K**-0.5, sw=sw, cs=cs,
+                                 smb=smb)
             rec["rel_err"] = check_heads(o.copy_to_host(), st.copy_to_host(), inp, [(0, 0), (B - 1, H - 1)],
                                          (inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], inp["initial_state"]))
             rec.update(timer.time(lambda: r1_recurrent.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, st, st,
-                                                               K**-0.5, sw=sw)))
+                                                               K**-0.5, sw=sw, cs=cs, smb=smb)))
             rec["gbps"] = 2.0 * B * H * K * V * 4 / rec["median_ms"] / 1e6
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"{type(e).__name__}: {e}"
@@ -394,7 +403,7 @@ def tune_step(timer, shape=DECODE, recurrence="gated_delta", sws=(2, 4, 8, 16)):
 
 
 def apply_best(tune):
-    """Set r1's launch defaults (COLS, NW, TC, NS and the step's SW) to the fastest correct tuned ones."""
+    """Set r1's launch defaults (COLS, NW, TC, NS and the step's SW, CS, SMB) to the fastest correct tuned ones."""
     from .rungs import r1_recurrent
 
     ok = [r for r in tune if "median_ms" in r and (r.get("rel_err") or 0) <= 2e-4]
@@ -407,7 +416,9 @@ def apply_best(tune):
         chosen.update(cols=b["cols"], nw=b["nw"], tc=b["tc"], ns=b["ns"])
     step = [r for r in ok if "sw" in r]
     if step:
-        r1_recurrent.SW = chosen["sw"] = min(step, key=lambda r: r["median_ms"])["sw"]
+        b = min(step, key=lambda r: r["median_ms"])
+        r1_recurrent.SW, r1_recurrent.CS, r1_recurrent.SMB = b["sw"], b.get("cs", 1), b.get("smb", 1)
+        chosen.update(sw=b["sw"], cs=b.get("cs", 1), smb=b.get("smb", 1))
     return chosen
 
 
@@ -432,12 +443,14 @@ def run(args) -> dict:
     if args.tune:  # first, so the sweep below runs r1 with the launch shape this device prefers
         result["tune"] = tune_recurrent(timer) + tune_step(timer)
         result["tuned_defaults"] = apply_best(result["tune"])
-    total = (len(shapes) * len(recs) * (len(rung_names) + (0 if args.no_peers else 2))
+    n_fla = 0 if args.no_peers else (2 if getattr(args, "fla", "all") == "all" else 1)
+    total = (len(shapes) * len(recs) * (len(rung_names) + n_fla)
              + (len(shapes) if args.softmax and not args.no_peers else 0) + (1 if args.step else 0))
     prog = Progress(total)
     for shape in shapes:
         for rec in recs:
             result["records"] += bench_shape(timer, shape, rec, rung_names, peers=not args.no_peers,
+                                             fla=getattr(args, "fla", "all"),
                                              softmax=args.softmax and rec == recs[0], progress=prog)
     if args.step:
         result["records"] += bench_step(timer, peers=not args.no_peers)

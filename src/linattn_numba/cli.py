@@ -112,6 +112,9 @@ def main(argv=None) -> int:
     b.add_argument("--rungs", help="comma-separated rung names (default: all)")
     b.add_argument("--recurrences", help="comma-separated recurrences (default: all four)")
     b.add_argument("--no-peers", action="store_true", help="skip fla / torch peers")
+    b.add_argument("--fla", default="all", choices=("all", "chunk", "fused_recurrent"),
+                   help="which fla kernels to time (default: all; at long T fused_recurrent walks every token "
+                        "and Triton autotunes each kernel for about a minute on first use)")
     b.add_argument("--softmax", action="store_true", help="also time causal softmax attention (torch SDPA)")
     b.add_argument("--step", action="store_true", help="also time the decode step at B256 H16 K=V=128")
     b.add_argument("--tune", action="store_true", help="also sweep r1's (COLS, NW) launch choices")

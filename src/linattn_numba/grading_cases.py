@@ -48,6 +48,7 @@ class Case:
     dtype: str = "float32"  # of q, k, v, g, beta
     tag: str = ""
     seed: int | None = None  # default: derived from the id, so a case always has the same inputs
+    chunk: int | None = None  # the chunk size to ask for (None: DEFAULT_CHUNK); rungs without it use theirs
 
     @property
     def id(self) -> str:
@@ -74,16 +75,21 @@ ORACLE_CASES = [Case(rec, shape) for rec in RECURRENCES for shape in SHAPES]
 NO_STATE_CASE = Case("gated_delta", (1, 19, 2, 8, 12), with_h0=False, with_ht=False, tag="nostate", seed=3)
 # float16 inputs: read and converted to float32 in the kernel; compute stays float32.
 FP16_CASE = Case("gated_delta", (1, 23, 1, 16, 8), dtype="float16", tag="fp16", seed=5)
-CASES = ORACLE_CASES + [NO_STATE_CASE, FP16_CASE]
+# Chunks of 64 with a tail: the blocked paths that chunks of 16 never reach (e.g. r3's (I + L)^-1 is one 16 x 16
+# diagonal block at C = 16, and its off-diagonal block rows only run from C = 32 on).
+CHUNK64_CASE = Case("gated_delta", (1, 150, 1, 16, 8), tag="c64", seed=11, chunk=64)
+CASES = ORACLE_CASES + [NO_STATE_CASE, FP16_CASE, CHUNK64_CASE]
 # --quick: each recurrence once and each shape once.
 QUICK_CASES = [Case(rec, shape) for rec, shape in zip(RECURRENCES, SHAPES)]
 
 
-def chunk_size_for(module) -> int:
-    """The chunk size to pass to ``module.forward``: the tests' 16 unless the rung's CHUNK_SIZES excludes it."""
+def chunk_size_for(module, wanted=None) -> int:
+    """The chunk size to pass to ``module.forward``: ``wanted`` (default the tests' 16) unless the rung's
+    CHUNK_SIZES excludes it, then the rung's smallest."""
+    wanted = DEFAULT_CHUNK if wanted is None else wanted
     sizes = getattr(module, "CHUNK_SIZES", None)
-    if not sizes or DEFAULT_CHUNK in sizes:
-        return DEFAULT_CHUNK
+    if not sizes or wanted in sizes:
+        return wanted
     return min(sizes)
 
 
@@ -136,7 +142,7 @@ def run_case(module, case: Case, chunk_size=None, source=None) -> CaseResult:
 
     ``source`` (the module's file) lets an exception be located in the student's code.
     """
-    chunk_size = chunk_size_for(module) if chunk_size is None else chunk_size
+    chunk_size = chunk_size_for(module, case.chunk) if chunk_size is None else chunk_size
     inp = case.inputs()
     o_ref, h_ref = case.reference(inp)
     t0 = time.perf_counter()

@@ -85,6 +85,12 @@ Semantics chosen
   simulator maps to the block barrier) wait for every live thread of the block; a thread that returned
   counts as arrived at all later barriers, like an exited thread on hardware. ``syncthreads_count/and/or``
   count the predicates of the threads that arrived.
+* **Named barriers** (PTX ``bar.sync id, count`` / ``bar.arrive id, count``, which kernels emit through an
+  inline-PTX intrinsic) are simulated by :func:`bar_sync` and :func:`bar_arrive`: barrier ``id`` (1..15; 0 is
+  ``syncthreads``) completes when ``count`` arrivals (a multiple of 32) have been counted, releasing the threads
+  that wait in ``bar_sync``; ``bar_arrive`` counts and goes on. Each id is a separate round, independent of
+  ``syncthreads``; a thread that returns does not count as arrived (the count is explicit), so a named barrier
+  whose count is never reached is reported as a deadlock. Arrivals with different counts in one round raise.
 * **Wrong usage raises** instead of hanging or giving a silently wrong answer: a lane calling a collective
   with a ``mask`` that does not include its own lane (undefined on hardware) raises ``ValueError``; lanes of
   one mask calling different collectives in the same round (e.g. one ``shfl_sync``, another
@@ -125,7 +131,7 @@ import time
 
 import numpy as np
 
-__all__ = ["install", "active", "enable", "SUPPORTED_NUMBA_CUDA"]
+__all__ = ["install", "active", "enable", "bar_sync", "bar_arrive", "SUPPORTED_NUMBA_CUDA"]
 
 #: The numba-cuda (major, minor) version whose simulator internals this module patches.
 SUPPORTED_NUMBA_CUDA = (0, 30)
@@ -468,6 +474,8 @@ class _SimBlock:
         self._bar_true = 0
         self._bar_waiters = []
         self._bar_result = (0, 0)
+        # Named barriers: id -> [count of the current round, arrivals, waiters].
+        self._named = {}
         self._warps = [_Warp(w, min(WARP_SIZE, n - w * WARP_SIZE)) for w in range(-(-n // WARP_SIZE))]
 
     # -- launcher side ------------------------------------------------------------------------------------
@@ -540,6 +548,36 @@ class _SimBlock:
         self._sleep(thread)
         # Valid until the next barrier completes, which needs this thread (see _WarpGroup).
         return self._bar_result
+
+    def _named_barrier(self, thread, bar_id, count, wait):
+        """Named barrier ``bar_id``: count an arrival; with ``wait``, block until ``count`` arrivals complete
+        the round (``bar.sync``), else return at once (``bar.arrive``)."""
+        bar_id, count = int(bar_id), int(count)
+        op = "bar.sync" if wait else "bar.arrive"
+        if not 1 <= bar_id < 16:
+            raise ValueError(f"{op}: barrier id {bar_id} outside 1..15 (0 is syncthreads' barrier)")
+        if count <= 0 or count % WARP_SIZE:
+            raise ValueError(f"{op} {bar_id}, {count}: the thread count must be a positive multiple of 32")
+        with self._lock:
+            if self._aborted:
+                raise _BlockAborted
+            rnd = self._named.setdefault(bar_id, [None, 0, []])
+            if rnd[1] and rnd[0] != count:
+                raise RuntimeError(
+                    f"named barrier {bar_id}: {op} with count {count} while {rnd[1]} arrivals of the current "
+                    f"round used count {rnd[0]} (undefined behaviour on hardware)"
+                )
+            rnd[0] = count
+            rnd[1] += 1
+            if rnd[1] >= count:
+                waiters, rnd[2] = rnd[2], []
+                rnd[0], rnd[1] = None, 0
+                self._release(waiters)
+                return
+            if not wait:
+                return
+            self._enqueue(thread, rnd[2], f"bar.sync {bar_id}, {count}")
+        self._sleep(thread)
 
     def _collective(self, thread, kind, mask, value):
         """Warp rendezvous among the live lanes of ``mask``; returns the round's {lane: value} snapshot."""
@@ -632,6 +670,9 @@ class _SimBlock:
                 t.abort = True
             # Wake every waiter exactly once (a wake lock released twice would raise).
             waiters, self._bar_waiters = self._bar_waiters, []
+            for rnd in self._named.values():
+                waiters += rnd[2]
+                rnd[2] = []
             for warp in self._warps:
                 for g in warp.groups.values():
                     waiters += g.waiters
@@ -650,6 +691,18 @@ def _current_thread() -> _SimThread:
     if not isinstance(t, _SimThread):
         raise RuntimeError("CUDA warp intrinsics can only be called from kernel code running in the simulator")
     return t
+
+
+def bar_sync(barrier, count):
+    """Simulator version of PTX ``bar.sync barrier, count`` (call it from kernel code; see "Named barriers")."""
+    t = _current_thread()
+    t._manager._named_barrier(t, barrier, count, True)
+
+
+def bar_arrive(barrier, count):
+    """Simulator version of PTX ``bar.arrive barrier, count``: counts this thread's arrival, does not wait."""
+    t = _current_thread()
+    t._manager._named_barrier(t, barrier, count, False)
 
 
 def _to_int32(bits: int):

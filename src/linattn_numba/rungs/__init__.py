@@ -26,6 +26,9 @@ _MODULES = {
     "naive": "r0_naive",
     "recurrent": "r1_recurrent",
     "chunked": "r2_chunked",
+    "shared": "r3_shared",
+    "scan": "r4_scan",
+    "warp_roles": "r5_warp_roles",
 }
 
 RUNGS = tuple(_MODULES)

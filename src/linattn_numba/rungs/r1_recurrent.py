@@ -1,39 +1,78 @@
-"""Rung r1 ``recurrent``: the state lives in registers, K is split across the lanes of a warp.
+"""Rung r1 ``recurrent``: the state lives in registers, K is split across a few lanes of a warp.
 
 What changed from r0 ``naive`` and why
     r0 reads and writes its state column from global memory for every token, three to four times over, and runs
     only ``B * H * V`` threads. r1 reads the state once at the start and writes it once at the end; in between it
     lives in registers, spread so that no thread holds too much of it:
 
-    * ``NS = 8`` lanes share one value column, each holding every 8th row of it (lane slice ``s`` holds rows
-      ``s, s + 8, s + 16, ...``: ``R = ceil(K / 8)`` rows, 16 registers at K = 128). The dot products ``k . S[:, j]``
-      and ``q . S[:, j]`` become ``R`` FMAs per lane plus a three-step butterfly (``shfl_xor_sync`` by 1, 2, 4)
-      across the eight lanes -- every lane ends with the full sum, so ``u_j`` needs no broadcast.
-    * each lane holds ``COLS`` value columns, so each ``k``/``q`` element it loads from shared memory feeds ``COLS``
-      FMAs (the ratio of shared loads to FMAs is ``1 : 2 COLS``).
-    * the block stages ``TC`` tokens of ``q``, ``k`` (zero-padded to ``NS R`` rows, so the hot loop has no bounds
-      checks), ``v``, ``exp(g)`` and ``beta`` into shared memory with coalesced loads, behind one barrier -- instead
-      of every thread fetching the same ``q_t``/``k_t`` from global memory.
-    * the gated delta rule is rearranged so the decay costs nothing extra: ``k . (γ S) = γ (k . S)``, then
-      ``S <- γ S + k u`` is one multiply and one FMA per element, against r0's separate decay pass.
+    * ``NS = 8`` lanes share a value column. Lane slice ``s`` holds ``RC`` chunks of 4 consecutive rows, chunks
+      ``s, s + NS, s + 2 NS, ...`` (rows ``4 (m NS + s) + e``, e < 4): ``R = 4 RC`` rows, 16 at K = 128. Its k and q
+      values for a token are then ``RC`` 16-byte shared loads each (``ld.shared.v4``; the NS lanes of a column
+      read consecutive 16-byte chunks, so no bank conflicts), instead of ``R`` scalar loads.
+    * each lane holds ``COLS = 2`` value columns, so every k and q value it loads feeds ``2 COLS`` FMAs, and its
+      ``COLS`` reductions over the NS lanes (three-step ``shfl_xor_sync`` butterflies: every lane ends with the
+      sum, so ``u`` needs no broadcast) run side by side.
+    * the output's reduction is pipelined by one token: token t's ``q . S`` partial sums are reduced in iteration
+      t + 1, their shuffles interleaved with token t + 1's ``k . S`` shuffles. The two butterflies are the longest
+      latency chain of a token; in a row they stall the warp twice, interleaved once.
+    * the block stages ``TC`` tokens of ``q`` (times scale), ``k`` (zero-padded to ``KP = NS R`` rows, so the hot
+      loop has no bounds checks), ``v``, and per token ``beta``, ``beta exp(g)``, ``exp(g)`` into shared memory
+      behind one barrier. Each thread issues its global loads in batches of ``STAGE_BATCH`` into registers
+      before storing any, so a tile costs a few memory latencies, not one per element.
+    * the gated delta rule is rearranged so the decay costs one multiply per element: ``k . (γ S) = γ (k . S)``
+      folds it into ``u = beta v - (beta γ) (k . S)``, then ``S <- γ S + k u``.
 
 Thread map
     grid ``(ceil(V / VB), B * H)`` with ``VB = NW * (32 / NS) * COLS`` columns per block; block ``NW`` warps.
-    Lane ``l`` of warp ``w``: slice ``s = l % NS`` and column group ``l // NS``; it owns columns
-    ``[col0, col0 + COLS)`` with ``col0 = x * VB + w * (32 / NS) * COLS + (l // NS) * COLS`` and rows
-    ``s, s + NS, ...`` of them.
+    Lane ``l`` of warp ``w``: slice ``s = l % NS`` and column group ``grp = w (32 / NS) + l // NS``; it owns
+    columns ``[col0, col0 + COLS)``, ``col0 = x VB + grp COLS``, rows ``4 (m NS + s) + e``, and writes output
+    column ``col0 + s`` when ``s < COLS``. At the defaults and K = V = 128: VB = 64, so 2 blocks of 256 threads
+    per head, 128 blocks at the standard shape -- one per SM, 8 warps each.
 
 Cost per token (per head)
-    FLOPs: ``2 K V`` (update) + ``2 K V`` (output) + ``2 K V`` (delta rule's ``k.S``) + ``K V`` (decay multiply).
-    Bytes from device memory: the inputs, ``(2 K + V + 2) * 4`` per token (``q``, ``k`` read once per block, i.e.
-    ``ceil(V / VB)`` times per head), plus the state once in and once out per sequence. At the standard shape the
-    rung is bound by issuing FMAs and shared loads on a sequential chain of tokens, not by memory.
+    FLOPs: ``2 K V`` (update) + ``2 K V`` (output) + ``2 K V`` (delta rule's ``k.S``) + ``K V`` (decay multiply):
+    4 FP32 instructions per state element and token for the gated delta rule (k.S FMA, k u multiply, decay FMA,
+    q.S FMA). Bytes from device memory: the inputs, ``(2 K + V + 2) * 4`` per token (each block stages ``q``,
+    ``k`` again, ``ceil(V / VB)`` times per head; the repeats hit L2), plus the state once in and once out per
+    sequence. At the standard shape the rung is bound by issue and latency on the sequential chain of tokens:
+    two warps per scheduler, each waiting on its shuffle butterflies and shared loads (``tools/profile_kernels.py``
+    under ncu shows the issue rate and stall reasons), not by memory.
+
+Registers (ptxas -v, sm_90, float32 inputs, K = 128, defaults): 140 (plain, decay) and 166 (delta rules) for
+the sequence kernel -- the 32 state values, k and q for one token, a staging batch and its addresses (the one
+block of 256 threads per SM fits at up to 255). 128 for the decode step (its launch bounds ask for 2 blocks per SM).
+No variant uses local memory (``python -m linattn_numba.compile_check recurrent`` checks).
+
+Launch knobs (``forward(..., ns=, cols=, nw=, tc=, sw=, cs=, smb=)``; the bench's ``--tune`` sweeps them,
+``bench.TUNE_CONFIGS`` / ``bench.STEP_CONFIGS``, and its JSON "tune" records are the measurements behind the
+defaults; tuned on the H200 at B4 T8192 H16 K=V=128 gated delta and the B256 H16 decode step)
+
+    ====  =======  ==========================================================================================
+    knob  default  why
+    ====  =======  ==========================================================================================
+    NS    8        lanes per column. Fewer lanes: shorter butterflies but more rows (registers, FMA chain)
+                   per lane; 16 or 32 lanes cost a fourth or fifth shuffle step per reduction.
+    COLS  2        columns per lane (<= NS). Two columns share each k/q load and interleave two independent
+                   reductions; four per lane leave too few warps (32 state values per lane at NS = 8 and
+                   COLS = 2 give 1024 warps at the standard shape, 8 per SM).
+    NW    8        warps per block. Each block stages the head's k and q again, so fewer, wider blocks stage
+                   less per token; 8 warps give 128 blocks, one per SM on 132 SMs.
+    TC    32       tokens per staged tile (<= 32: per-token scalars come from one warp). Amortises the two
+                   barriers and the staging latency over more tokens; 16 measured about the same.
+    SW    8        decode step: warps splitting K (rows per thread RS = K / SW).
+    CS    4        decode step: columns per lane (lane, lane + 32, ...): one block covers a whole head at V = 128,
+                   and a thread has RS CS = 64 state loads in flight.
+    SMB   2        decode step: blocks per SM the register allocation must allow (launch bounds): caps the
+                   registers at 128 so that one block loads while the other computes and stores.
+    ====  =======  ==========================================================================================
 
 The decode ``step``
     With T = 1 (the decode step) ``forward`` launches ``_step_kernel`` instead: the state is read once from global
     memory and written once (``h0`` and ``ht`` may be the same array: every thread reads exactly the elements it
-    later writes), with a thread map made for streaming (lane -> column, warps split K, reductions through shared
-    memory). The step is a copy of the state plus arithmetic, and its roofline the copy bandwidth.
+    later writes), with a thread map made for streaming (lane -> columns lane + 32 c, warps split K, the two dot
+    products reduced through shared memory). The step is a copy of the state plus arithmetic, and its roofline
+    the copy bandwidth; what it reaches is limited by how many bytes each SM has in flight between the phases
+    (load, barrier, reduce, barrier, store) of its one or two resident blocks.
 
 What the next rung changes
     r2 ``chunked`` stops walking token by token: a chunk of tokens becomes matrix products, parallel inside the
@@ -48,35 +87,46 @@ import math
 import numpy as np
 from numba import cuda, float32, types
 
+from .. import sim
 from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
 
 NAME = "recurrent"
-MAX_K = 128  # 32 state rows per lane and column in registers; beyond that they would spill to local memory
+MAX_K = 128  # 16 state rows per lane and column at NS = 8; more would crowd the 255-register budget
 MAX_V = None  # value columns are tiled across blocks
 CHUNK_SIZES = None  # token by token: chunk_size is not used
 
-# Launch shape, tuned on the H200 at B4 T8192 H16 K=V=128 gated delta (the bench's "tune" records, e.g.
-# figures/data/h200_ladder.json): NS=8, COLS=1, NW=4 ran 9.1 ms against 10.9 ms for NS=4, COLS=2 -- the kernel is
-# latency bound at one or two warps per scheduler (ncu: 3.25 cycles per issued instruction, 43% of stalls on
-# shared-memory loads), so the variant with the most warps in flight and the shortest per-lane chains wins.
+# Launch defaults: see "Launch knobs" in the module docstring (the bench's --tune may override them at run time).
 NS = 8  # lanes that split one value column's K rows (a reduction costs log2(NS) = 3 shuffles)
 GROUPS = 32 // NS  # column groups per warp
 TC = 32  # tokens staged per pair of barriers: amortises each barrier over TC tokens of work
 FULL_MASK = 0xFFFFFFFF
-DEFAULT_COLS = 1  # value columns per lane
-DEFAULT_NW = 4  # warps per block
+DEFAULT_COLS = 2  # value columns per lane
+DEFAULT_NW = 8  # warps per block
+# 16-byte aligned shared tiles let the compiler merge a lane's 4 consecutive k (or q, or v) values into one
+# 128-bit shared load; the simulator rejects the argument (and needs no alignment)
+ALIGN = None if sim.active() else 16
+STAGE_BATCH = 8  # global loads a thread has in flight while staging a tile
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(R: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool,
+def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool,
             TC: int = TC, NS: int = NS):
     LOG_NS = NS.bit_length() - 1
     GROUPS = 32 // NS
-    KP = R * NS  # K padded to a multiple of NS: rows >= K are zeros in k/q and in the state
-    WARP_COLS = GROUPS * COLS
-    VB = NW * WARP_COLS  # value columns per block
+    R = 4 * RC  # state rows per lane: RC chunks of 4 consecutive rows
+    KP = R * NS  # K padded to a multiple of 4 NS: rows >= K are zeros in k/q and in the state
+    KP4 = KP // 4
+    VB = NW * GROUPS * COLS  # value columns per block
+    VBC = VB // COLS
     NT = NW * 32
-    ITER_KQ = (TC * KP + NT - 1) // NT  # staging trips per thread, compile-time constants
+    # Staging trips per thread (compile-time constants). When NT is a multiple of the tile's row length, a
+    # thread stages one fixed k/q row index (or v column) at every (NT / KP)-th token: its index arithmetic is
+    # loop invariant. Otherwise the generic flat walk e = tid + m NT over the tile.
+    FAST_KQ = NT % KP == 0 and (TC * KP) % NT == 0
+    FAST_V = NT % VB == 0 and (TC * VB) % NT == 0
+    ITER_KQ = (TC * KP + NT - 1) // NT
+    SB = min(ITER_KQ, STAGE_BATCH)
+    NB_KQ = (ITER_KQ + SB - 1) // SB
     ITER_V = (TC * VB + NT - 1) // NT
 
     @cuda.jit
@@ -89,23 +139,41 @@ def _kernel(R: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: boo
         tid = cuda.threadIdx.x
         lane = tid % 32
         sl = lane % NS
-        jb = (tid // 32) * WARP_COLS + (lane // NS) * COLS  # this lane's first column within the block tile
-        col0 = cuda.blockIdx.x * VB + jb
+        grp = (tid // 32) * GROUPS + lane // NS  # this lane's column group within the block tile
+        col0 = cuda.blockIdx.x * VB + grp * COLS  # its first value column
 
-        ks = cuda.shared.array((TC, KP), float32)
-        qs = cuda.shared.array((TC, KP), float32)
-        vs = cuda.shared.array((TC, VB), float32)
-        gs = cuda.shared.array(TC, float32)
-        bs = cuda.shared.array(TC, float32)
+        # 16-byte aligned tiles whose last axis is 4 rows (k, q) or COLS columns (v): a lane's values are one
+        # vector load (ld.shared.v4), and the NS lanes of a column read consecutive 16-byte chunks (no conflicts)
+        ks = cuda.shared.array((TC, KP4, 4), float32, alignment=ALIGN)
+        qs = cuda.shared.array((TC, KP4, 4), float32, alignment=ALIGN)
+        vs = cuda.shared.array((TC, VBC, COLS), float32, alignment=ALIGN)
+        gb = cuda.shared.array((TC, 4), float32, alignment=ALIGN)  # per token: beta, beta * decay, decay
 
-        S = cuda.local.array((R, COLS), float32)
+        S = cuda.local.array((R, COLS), float32)  # S[4 m + e, c] = state[4 (m NS + sl) + e, col0 + c]
         kr = cuda.local.array(R, float32)
         qr = cuda.local.array(R, float32)
         u = cuda.local.array(COLS, float32)
+        kS = cuda.local.array(COLS, float32)
+        accp = cuda.local.array(COLS, float32)  # the previous token's output, before the sum over lanes
         ps = cuda.local.array(4, float32)
+        kb = cuda.local.array(SB, float32)  # one staging batch
+        qb = cuda.local.array(SB, float32)
+        vb = cuda.local.array(ITER_V, float32)
+        # 0/1 weights: lane slice c keeps column c of a reduced output. (Written as a select, the compiler turns
+        # the selection into accp[sl], an indexed local array, i.e. local memory.)
+        wsel = cuda.local.array(COLS, float32)
+        for c in range(COLS):
+            wsel[c] = float32(1.0) if sl == c else float32(0.0)
+        kbh = k[b, :, h, :]  # this head's [T, K] and [T, V] (views: 2-D indexing below)
+        qbh = q[b, :, h, :]
+        vbh = v[b, :, h, :]
+        jo = col0 + sl  # the output column this lane writes (lane slice c writes column c; COLS <= NS)
+        obh = o[b, :, h, min(jo, V - 1)]
+        ik = tid % KP  # fixed staging row / column (FAST_KQ / FAST_V)
+        iv = tid % VB
 
         for r in range(R):
-            i = r * NS + sl
+            i = 4 * ((r // 4) * NS + sl) + r % 4
             for c in range(COLS):
                 j = col0 + c
                 S[r, c] = float32(0.0)
@@ -114,89 +182,132 @@ def _kernel(R: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: boo
                         S[r, c] = h0[b, h, i, j]
 
         for t0 in range(0, T, TC):
-            # Stage TC tokens. Consecutive threads read consecutive addresses; the trip counts are compile-time
-            # constants and the loads unconditional (indices clamped, values masked after the load) so the
-            # compiler can issue a thread's loads back to back: the block pays one memory latency per tile,
-            # not one per element.
-            for it in range(ITER_KQ):
-                e = tid + it * NT
-                tt = e // KP
-                i = e % KP
-                t = t0 + tt
-                tc = min(t, T - 1)
-                ic = min(i, K - 1)
-                kval = float32(k[b, tc, h, ic])
-                qval = float32(q[b, tc, h, ic])
-                if e < TC * KP:
-                    keep = t < T and i < K
-                    ks[tt, i] = kval if keep else float32(0.0)
-                    qs[tt, i] = qval if keep else float32(0.0)
-            for it in range(ITER_V):
-                e = tid + it * NT
-                tt = e // VB
-                jj = e % VB
-                t = t0 + tt
-                j = cuda.blockIdx.x * VB + jj
-                vval = float32(v[b, min(t, T - 1), h, min(j, V - 1)])
-                if e < TC * VB:
-                    vs[tt, jj] = vval if (t < T and j < V) else float32(0.0)
-            if tid < TC:
+            # Stage TC tokens. Consecutive threads read consecutive addresses. The loads go in batches of SB
+            # per thread into registers, then to shared memory: a batch's loads are independent and issue back
+            # to back, so the block waits for one memory latency per batch, not one per element (a plain
+            # load-then-store loop waits for every element in turn, and staging dominated the kernel). Indices are
+            # clamped so every load is in bounds; the values are masked when stored. q is stored times scale.
+            for ib in range(NB_KQ):
+                for m in range(SB):
+                    if FAST_KQ:
+                        tt = tid // KP + (ib * SB + m) * (NT // KP)
+                        i = ik
+                    else:
+                        e = tid + (ib * SB + m) * NT
+                        tt = e // KP
+                        i = e % KP
+                    tc = min(t0 + tt, T - 1)
+                    ic = min(i, K - 1)
+                    kb[m] = float32(kbh[tc, ic])
+                    qb[m] = float32(qbh[tc, ic])
+                for m in range(SB):
+                    if FAST_KQ:
+                        tt = tid // KP + (ib * SB + m) * (NT // KP)
+                        i = ik
+                    else:
+                        e = tid + (ib * SB + m) * NT
+                        tt = e // KP
+                        i = e % KP
+                    if tt < TC:
+                        keep = t0 + tt < T and i < K
+                        ks[tt, i // 4, i % 4] = kb[m] if keep else float32(0.0)
+                        qs[tt, i // 4, i % 4] = float32(scale) * qb[m] if keep else float32(0.0)
+            for m in range(ITER_V):
+                if FAST_V:
+                    tt = tid // VB + m * (NT // VB)
+                    jj = iv
+                else:
+                    e = tid + m * NT
+                    tt = e // VB
+                    jj = e % VB
+                vb[m] = float32(vbh[min(t0 + tt, T - 1), min(cuda.blockIdx.x * VB + jj, V - 1)])
+            for m in range(ITER_V):
+                if FAST_V:
+                    tt = tid // VB + m * (NT // VB)
+                    jj = iv
+                else:
+                    e = tid + m * NT
+                    tt = e // VB
+                    jj = e % VB
+                if tt < TC:
+                    keep = t0 + tt < T and cuda.blockIdx.x * VB + jj < V
+                    vs[tt, jj // COLS, jj % COLS] = vb[m] if keep else float32(0.0)
+            if tid < TC:  # per-token scalars, one token per thread of warp 0 (TC <= 32)
                 t = t0 + tid
-                if HAS_G:
-                    gs[tid] = float32(math.exp(float32(g[b, t, h]))) if t < T else float32(1.0)
-                if HAS_BETA:
-                    bs[tid] = float32(beta[b, t, h]) if t < T else float32(0.0)
+                bet = float32(1.0)
+                dec = float32(1.0)
+                if t < T:
+                    if HAS_G:
+                        dec = float32(math.exp(float32(g[b, t, h])))
+                    if HAS_BETA:
+                        bet = float32(beta[b, t, h])
+                gb[tid, 0] = bet
+                gb[tid, 1] = bet * dec  # k . (dec S) = dec (k . S): the decay is folded into u and the update
+                gb[tid, 2] = dec
             cuda.syncthreads()  # the staged tile is complete before any warp reads it
 
-            # Tokens in pairs (a constant inner trip count the compiler unrolls): token t+1's loads and k . S
-            # chain can then be scheduled under token t's q . S chain and shuffles. A padded token past T is an
-            # identity step (k = q = v = beta = 0, decay 1), so an odd tail needs no special case.
+            # Software pipelined by one token: token tt's output dot product is summed over the NS lanes in
+            # iteration tt + 1, its shuffles interleaved with token tt + 1's k . S shuffles -- two independent
+            # butterflies in flight instead of two in a row.
             ntok = min(TC, T - t0)
-            for tp in range(0, ntok + (ntok & 1), 2):
-                for uu in range(2):
-                    tt = tp + uu
-                    for r in range(R):
-                        kr[r] = ks[tt, r * NS + sl]
-                        qr[r] = qs[tt, r * NS + sl]
-                    decay = float32(1.0)
-                    if HAS_G:
-                        decay = gs[tt]
-                    for c in range(COLS):
-                        if HAS_BETA:
-                            # k . S over this lane's rows in 4 independent partial sums (a 4x shorter chain)
-                            for pi in range(4):
-                                ps[pi] = float32(0.0)
-                            for r in range(R):
-                                ps[r % 4] += kr[r] * S[r, c]
-                            kS = (ps[0] + ps[1]) + (ps[2] + ps[3])
-                            for s in range(LOG_NS):
-                                kS += cuda.shfl_xor_sync(FULL_MASK, kS, 1 << s)
-                            # k . (decay S) = decay (k . S): the decay is folded into the update below
-                            u[c] = bs[tt] * (vs[tt, jb + c] - decay * kS)
-                        else:
-                            u[c] = vs[tt, jb + c]
-                    for c in range(COLS):
+            for c in range(COLS):
+                accp[c] = float32(0.0)
+            for tt in range(ntok):
+                bet = gb[tt, 0]
+                bdec = gb[tt, 1]
+                dec = gb[tt, 2]
+                for r in range(R):
+                    kr[r] = ks[tt, (r // 4) * NS + sl, r % 4]
+                    qr[r] = qs[tt, (r // 4) * NS + sl, r % 4]
+                for c in range(COLS):
+                    kS[c] = float32(0.0)
+                    if HAS_BETA:
+                        # k . S over this lane's rows in 4 independent partial sums (a 4x shorter chain)
                         for pi in range(4):
                             ps[pi] = float32(0.0)
                         for r in range(R):
-                            if HAS_G:
-                                s_new = S[r, c] * decay + kr[r] * u[c]
-                            else:
-                                s_new = S[r, c] + kr[r] * u[c]
-                            S[r, c] = s_new
-                            ps[r % 4] += qr[r] * s_new
-                        acc = (ps[0] + ps[1]) + (ps[2] + ps[3])
-                        for s in range(LOG_NS):
-                            acc += cuda.shfl_xor_sync(FULL_MASK, acc, 1 << s)
-                        j = col0 + c
-                        # every lane of the group holds the sum; lane slice c % NS writes column c
-                        if sl == c % NS and j < V and t0 + tt < T:
-                            o[b, t0 + tt, h, j] = float32(scale) * acc
+                            ps[r % 4] += kr[r] * S[r, c]
+                        kS[c] = (ps[0] + ps[1]) + (ps[2] + ps[3])
+                for s in range(LOG_NS):  # butterflies over the column's NS lanes: every lane gets the sums
+                    for c in range(COLS):
+                        if HAS_BETA:
+                            kS[c] += cuda.shfl_xor_sync(FULL_MASK, kS[c], 1 << s)
+                        accp[c] += cuda.shfl_xor_sync(FULL_MASK, accp[c], 1 << s)
+                mine = float32(0.0)  # the previous token's output column of this lane
+                for c in range(COLS):
+                    mine += wsel[c] * accp[c]
+                for c in range(COLS):
+                    if HAS_BETA:
+                        u[c] = bet * vs[tt, grp, c] - bdec * kS[c]
+                    else:
+                        u[c] = vs[tt, grp, c]
+                for c in range(COLS):
+                    for pi in range(4):
+                        ps[pi] = float32(0.0)
+                    for r in range(R):
+                        if HAS_G:
+                            s_new = S[r, c] * dec + kr[r] * u[c]
+                        else:
+                            s_new = S[r, c] + kr[r] * u[c]
+                        S[r, c] = s_new
+                        ps[r % 4] += qr[r] * s_new
+                    accp[c] = (ps[0] + ps[1]) + (ps[2] + ps[3])  # this lane's part; summed next iteration
+                if tt > 0 and sl < COLS and jo < V:
+                    obh[t0 + tt - 1] = mine
+            # drain the pipeline: the tile's last output
+            for s in range(LOG_NS):
+                for c in range(COLS):
+                    accp[c] += cuda.shfl_xor_sync(FULL_MASK, accp[c], 1 << s)
+            mine = float32(0.0)
+            for c in range(COLS):
+                mine += wsel[c] * accp[c]
+            if sl < COLS and jo < V:
+                obh[t0 + ntok - 1] = mine
             cuda.syncthreads()  # every warp is done with the tile before the next stage overwrites it
 
         if HAS_HT:
             for r in range(R):
-                i = r * NS + sl
+                i = 4 * ((r // 4) * NS + sl) + r % 4
                 for c in range(COLS):
                     j = col0 + c
                     if i < K and j < V:
@@ -205,20 +316,26 @@ def _kernel(R: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: boo
     return recurrent_kernel
 
 
-SW = 8  # warps that split K in the decode-step kernel (H200 tune: 0.298 ms at SW=8 vs 0.353 at 4, B256 H16 K=V=128)
+SW = 8  # warps that split K in the decode-step kernel
+CS = 4  # value columns per lane in the decode-step kernel (lane, lane + 32, ...)
+SMB = 2  # decode-step blocks per SM the register allocation must allow (launch bounds)
 
 
 @functools.lru_cache(maxsize=None)
-def _step_kernel(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool, SW: int = SW):
+def _step_kernel(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool, SW: int = SW, CS: int = CS,
+                 SMB: int = SMB):
     """T = 1: the decode step. A different thread map from the sequence kernel, because at one token the work is
-    a copy of the state: lane -> value column (a warp reads 128 contiguous bytes of a state row per load), warp ->
-    a slab of ``RS`` rows, and the two dot products reduced across the ``SW`` warps through shared memory (two
-    barriers per token are nothing when there is one token). Each thread issues its ``RS`` state loads back to
-    back before any arithmetic, so the kernel streams the state at close to copy bandwidth."""
+    a copy of the state: lane -> value columns ``lane + 32 c`` (a warp reads 128 contiguous bytes of a state row
+    per load), warp -> a slab of ``RS`` rows, and the two dot products reduced across the ``SW`` warps through
+    shared memory (two barriers per token are nothing when there is one token). Each thread issues its
+    ``RS * CS`` state loads back to back before any arithmetic, so the kernel streams the state."""
 
     KP = SW * RS  # K padded to the rows the block covers
+    VBS = 32 * CS  # value columns per block
+    # at least SMB blocks per SM: caps the registers (the simulator's jit takes no launch bounds)
+    opts = {} if sim.active() else {"launch_bounds": (SW * 32, SMB)}
 
-    @cuda.jit
+    @cuda.jit(**opts)
     def step_kernel(q, k, v, g, beta, h0, ht, o, scale):
         B, T, H, K = q.shape
         V = v.shape[3]
@@ -227,17 +344,18 @@ def _step_kernel(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: boo
         h = bh % H
         w = cuda.threadIdx.x // 32
         lane = cuda.threadIdx.x % 32
-        j = cuda.blockIdx.x * 32 + lane
-        jc = min(j, V - 1)  # clamped so every load is in bounds; stores are masked
-        red_k = cuda.shared.array((SW, 32), float32)
-        red_q = cuda.shared.array((SW, 32), float32)
+        j0 = cuda.blockIdx.x * VBS + lane
+        red_k = cuda.shared.array((SW, VBS), float32)
+        red_q = cuda.shared.array((SW, VBS), float32)
         ks = cuda.shared.array(KP, float32)
         qs = cuda.shared.array(KP, float32)
-        S = cuda.local.array(RS, float32)
+        S = cuda.local.array((RS, CS), float32)
         for r in range(RS):  # the state loads first: nothing below waits on them until the first dot product
-            S[r] = float32(0.0)
-            if HAS_H0:
-                S[r] = h0[b, h, min(w * RS + r, K - 1), jc]
+            for c in range(CS):
+                S[r, c] = float32(0.0)
+                if HAS_H0:
+                    # clamped so every load is in bounds; stores are masked
+                    S[r, c] = h0[b, h, min(w * RS + r, K - 1), min(j0 + 32 * c, V - 1)]
         # k and q once per block into shared memory (rows >= K are zeros: they add nothing and are never
         # stored), instead of RS uniform global loads of each per thread: fewer instructions and registers.
         tid = cuda.threadIdx.x
@@ -248,50 +366,60 @@ def _step_kernel(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: boo
         decay = float32(1.0)
         if HAS_G:
             decay = float32(math.exp(float32(g[b, 0, h])))
-        vj = float32(v[b, 0, h, jc])
+        u = cuda.local.array(CS, float32)
+        for c in range(CS):
+            u[c] = float32(v[b, 0, h, min(j0 + 32 * c, V - 1)])
         if HAS_BETA:
+            for c in range(CS):
+                p = float32(0.0)
+                for r in range(RS):
+                    p += ks[w * RS + r] * S[r, c]
+                red_k[w, lane + 32 * c] = p
+            cuda.syncthreads()  # all SW partial sums of k . S[:, j] are in shared memory
+            bt = float32(beta[b, 0, h])
+            for c in range(CS):
+                kS = float32(0.0)
+                for ww in range(SW):
+                    kS += red_k[ww, lane + 32 * c]
+                u[c] = bt * (u[c] - decay * kS)
+        for c in range(CS):
             p = float32(0.0)
             for r in range(RS):
-                p += ks[w * RS + r] * S[r]
-            red_k[w, lane] = p
-            cuda.syncthreads()  # all SW partial sums of k . S[:, j] are in shared memory
-            kS = float32(0.0)
-            for ww in range(SW):
-                kS += red_k[ww, lane]
-            u = float32(beta[b, 0, h]) * (vj - decay * kS)
-        else:
-            u = vj
-        p = float32(0.0)
-        for r in range(RS):
-            s_new = S[r] * decay + ks[w * RS + r] * u
-            S[r] = s_new
-            p += qs[w * RS + r] * s_new
-        red_q[w, lane] = p
-        cuda.syncthreads()  # all SW partial sums of q . S[:, j] are in shared memory
-        if w == 0 and j < V:
-            acc = float32(0.0)
-            for ww in range(SW):
-                acc += red_q[ww, lane]
-            o[b, 0, h, j] = float32(scale) * acc
-        if HAS_HT:
+                s_new = S[r, c] * decay + ks[w * RS + r] * u[c]
+                S[r, c] = s_new
+                p += qs[w * RS + r] * s_new
+            red_q[w, lane + 32 * c] = p
+        if HAS_HT:  # the new state goes out before the output reduction: its stores overlap the barrier below
             for r in range(RS):
                 i = w * RS + r
-                if i < K and j < V:
-                    ht[b, h, i, j] = S[r]
+                for c in range(CS):
+                    j = j0 + 32 * c
+                    if i < K and j < V:
+                        ht[b, h, i, j] = S[r, c]
+        cuda.syncthreads()  # all SW partial sums of q . S[:, j] are in shared memory
+        # the output: thread jj of the block sums column jj's SW partial sums
+        for jj in range(cuda.threadIdx.x, VBS, SW * 32):
+            j = cuda.blockIdx.x * VBS + jj
+            if j < V:
+                acc = float32(0.0)
+                for ww in range(SW):
+                    acc += red_q[ww, jj]
+                o[b, 0, h, j] = float32(scale) * acc
 
     return step_kernel
 
 
 def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW, ns: int = NS):
     # (compile_targets and the notebooks call this with the module defaults)
-    """``(R, COLS, NW)`` for a shape: rows per lane, columns per lane, warps per block (fewer for narrow V)."""
-    R = cdiv(K, ns)
+    """``(RC, COLS, NW)`` for a shape: 4-row chunks per lane, columns per lane, warps per block (fewer for
+    narrow V)."""
+    RC = cdiv(K, 4 * ns)
     nw = max(1, min(nw, cdiv(V, (32 // ns) * cols)))
-    return R, cols, nw
+    return RC, cols, nw
 
 
 def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=None, nw=None, tc=None, ns=None,
-            sw=None):
+            sw=None, cs=None, smb=None):
     """Launch r1 (see the rung contract in :mod:`linattn_numba.rungs`). ``h0`` and ``ht`` may alias."""
     # launch knobs default to the module's tuned values, read at call time (the bench's --tune may set them)
     cols = DEFAULT_COLS if cols is None else cols
@@ -299,18 +427,25 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=
     tc = TC if tc is None else tc
     ns = NS if ns is None else ns
     sw = SW if sw is None else sw
+    cs = CS if cs is None else cs
+    smb = SMB if smb is None else smb
+    if cols > ns:
+        raise ValueError(f"cols (value columns per lane) must be <= ns (lanes per column), got {cols} > {ns}")
+    if not 1 <= tc <= 32:  # the per-token scalars are staged by one warp, one token per lane
+        raise ValueError(f"tc (tokens per staged tile) must be in [1, 32], got {tc}")
     B, T, H, K = q.shape
     V = v.shape[3]
     if K > MAX_K:
         raise ValueError(f"rung 'recurrent' supports K <= {MAX_K}, got K={K}")
     if T == 1:
-        kern = _step_kernel(cdiv(K, sw), g is not None, beta is not None, h0 is not None, ht is not None, sw)
-        kern[(cdiv(V, 32), B * H), sw * 32, stream](
+        cs = max(1, min(cs, cdiv(V, 32)))
+        kern = _step_kernel(cdiv(K, sw), g is not None, beta is not None, h0 is not None, ht is not None, sw, cs, smb)
+        kern[(cdiv(V, 32 * cs), B * H), sw * 32, stream](
             q, k, v, or_dummy(g, 3), or_dummy(beta, 3), or_dummy(h0, 4), or_dummy(ht, 4), o, float32(scale)
         )
         return
-    R, cols, nw = launch_config(K, V, cols, nw, ns)
-    kern = _kernel(R, cols, nw, g is not None, beta is not None, h0 is not None, ht is not None, tc, ns)
+    RC, cols, nw = launch_config(K, V, cols, nw, ns)
+    kern = _kernel(RC, cols, nw, g is not None, beta is not None, h0 is not None, ht is not None, tc, ns)
     vb = nw * (32 // ns) * cols
     grid = (cdiv(V, vb), B * H)
     kern[grid, nw * 32, stream](
@@ -319,22 +454,24 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=
 
 
 def compile_targets():
-    """Every variant r1 can launch, at K = 128 (both input dtypes) and K = 20 (float32), as
-    ``(label, py_func, argtypes)``: the kernel body depends on K only through the unrolled row count R."""
+    """Every variant r1 can launch with its default knobs, as ``(label, py_func, argtypes)``: K = 128 (both input
+    dtypes; the staging walk with a fixed row per thread), K = 20 (float32; R = 4 rows per lane) and K = 96
+    (float32; 96-row tiles do not divide the block, so the generic staging walk), each with every recurrence,
+    with and without state buffers, for the sequence and the decode-step kernel."""
     f32 = types.float32
-    for K, dtypes in ((128, INPUT_DTYPES), (20, (np.float32,))):
+    for K, dtypes in ((128, INPUT_DTYPES), (20, (np.float32,)), (96, (np.float32,))):
         for dt in dtypes:
             for has_g, has_beta in FLAG_COMBOS:
                 for has_state in (False, True):
-                    R, cols, nw = launch_config(K, 128)
+                    RC, cols, nw = launch_config(K, 128)
                     argtypes = (
                         array_type(dt, 4), array_type(dt, 4), array_type(dt, 4),
                         array_type(dt, 3), array_type(dt, 3), array_type(np.float32, 4),
                         array_type(np.float32, 4), array_type(np.float32, 4, "C"), f32,
                     )
                     label = f"recurrent K={K} g={has_g} beta={has_beta} state={has_state} {dt.__name__}"
-                    fn = _kernel(R, cols, nw, has_g, has_beta, has_state, has_state).py_func
+                    fn = _kernel(RC, cols, nw, has_g, has_beta, has_state, has_state).py_func
                     yield label, fn, argtypes
                     if dt is np.float32:
-                        step = _step_kernel(cdiv(K, SW), has_g, has_beta, has_state, has_state).py_func
+                        step = _step_kernel(cdiv(K, SW), has_g, has_beta, has_state, has_state, SW, CS, SMB).py_func
                         yield "step " + label, step, argtypes

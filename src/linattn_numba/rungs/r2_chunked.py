@@ -24,6 +24,9 @@ chunk once every chunk's starting state S_c is in ``h``. ``A = (I + Lkk)^-1`` of
 formed: kernel 3 solves the unit-lower-triangular systems for W and U directly, column by column, which is
 the same forward substitution with less work (C^2/2 per column instead of C^3/6 for A plus C^2 per column).
 
+State only: with ``o=None`` (how rung r4 ``scan`` computes its segments' final states) the pipeline keeps
+only what the final state needs: 1, 2 (Lkk only, delta rule), 3 and 4 without storing ``h``; 5 is skipped.
+
 Thread maps (the grid is (x, y, z); b, h come from y = b * H + h; c is the chunk):
 
 =========  ==========================  ============  ==========================================================
@@ -132,13 +135,14 @@ def _gates_kernel():
 # 2. scores: the decayed attention matrix Aqk and (delta rule) the strictly lower matrix Lkk of each chunk
 # ----------------------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
-def _scores_kernel(has_g: bool, delta: bool):
+def _scores_kernel(has_g: bool, delta: bool, has_o: bool = True):
     def scores(q, k, bcum, beta, aqk, lkk, chunk):
         """One 16x16 tile (ti, tj), tj <= ti, of the lower triangle of one chunk's [C, C] score matrices:
 
         aqk[t, s] = exp(b_t - b_s) q_t . k_s                       for s <= t, 0 for s > t
         lkk[t, s] = beta_t exp(b_t - b_s) k_t . k_s  (delta rule)   for s < t,  0 for s >= t
         Tiles above the diagonal are not launched: those entries are never written nor read.
+        Without an output (``has_o`` False, the delta rule's state-only pass) only lkk is computed; q is not read.
         """
         T, H, K = q.shape[1], q.shape[2], q.shape[3]
         c = cuda.blockIdx.x
@@ -165,13 +169,15 @@ def _scores_kernel(has_g: bool, delta: bool):
             # Thread (tx, ty) loads feature d0 + tx of row ty of each slab: consecutive tx, consecutive d.
             d = d0 + tx
             rs = tj * TILE + ty
-            q_rows[ty, tx] = float32(q[b, t0 + row, h, d]) if row < n and d < K else float32(0.0)
+            if has_o:
+                q_rows[ty, tx] = float32(q[b, t0 + row, h, d]) if row < n and d < K else float32(0.0)
             k_cols[ty, tx] = float32(k[b, t0 + rs, h, d]) if rs < n and d < K else float32(0.0)
             if delta:
                 k_rows[ty, tx] = float32(k[b, t0 + row, h, d]) if row < n and d < K else float32(0.0)
             cuda.syncthreads()
             for j in range(TILE):
-                acc_qk += q_rows[ty, j] * k_cols[tx, j]
+                if has_o:
+                    acc_qk += q_rows[ty, j] * k_cols[tx, j]
                 if delta:
                     acc_kk += k_rows[ty, j] * k_cols[tx, j]
             cuda.syncthreads()
@@ -180,7 +186,8 @@ def _scores_kernel(has_g: bool, delta: bool):
             decay = float32(1.0)
             if has_g and col <= row:
                 decay = math.exp(bcum[b, t, h] - bcum[b, t0 + col, h])  # b_t - b_s <= 0
-            aqk[b, t, h, col] = acc_qk * decay if col <= row else float32(0.0)
+            if has_o:
+                aqk[b, t, h, col] = acc_qk * decay if col <= row else float32(0.0)
             if delta:
                 lkk[b, t, h, col] = beta[b, t, h] * acc_kk * decay if col < row else float32(0.0)
 
@@ -230,17 +237,18 @@ def _wu_kernel(has_g: bool):
 # 4. state: the sequential pass over chunks
 # ----------------------------------------------------------------------------------------------------------
 @functools.lru_cache(maxsize=None)
-def _state_kernel(has_g: bool, delta: bool, has_h0: bool, has_ht: bool):
+def _state_kernel(has_g: bool, delta: bool, has_h0: bool, has_ht: bool, store_h: bool = True):
     def state(k, v, w, u, bcum, h0, ht, hbuf, chunk):
         """State columns vt * 32 + tx, rows ty * 16 .. ty * 16 + 15, carried through every chunk c:
 
-        hbuf[b, c, h] = S                                       (the chunk's starting state S_c)
+        hbuf[b, c, h] = S                                       (the chunk's starting state S_c; not when
+                                                                 store_h is False: no output is computed)
         V_new = U - W S        (delta rule; written over U)     V_new = V (additive)
         S    <- gamma_C S + sum_t exp(b_C - b_t) k_t V_new[t]^T (C: the chunk's last token)
         """
         T, H, K = k.shape[1], k.shape[2], k.shape[3]
-        V = hbuf.shape[4]
-        NT = hbuf.shape[1]
+        V = v.shape[3]
+        NT = (T + chunk - 1) // chunk
         b = cuda.blockIdx.y // H
         h = cuda.blockIdx.y % H
         tx = cuda.threadIdx.x
@@ -259,7 +267,7 @@ def _state_kernel(has_g: bool, delta: bool, has_h0: bool, has_ht: bool):
         for c in range(NT):
             t0 = c * chunk
             n = min(chunk, T - t0)
-            if vok:
+            if store_h and vok:
                 for i in range(KR):
                     if i < nrows:
                         hbuf[b, c, h, r0 + i, vcol] = S[i]
@@ -351,6 +359,11 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0):
     Scratch buffers are allocated per call (sizes in the module docstring). ``h0`` and ``ht`` may be the same
     array: each state-kernel thread reads its elements of ``h0`` before the chunk loop and writes the same
     elements of ``ht`` after it.
+
+    ``o=None`` means "state only" (how rung r4 ``scan`` uses this rung for its segments' final states): only
+    ``ht`` is computed. Then the scores kernel computes only the delta rule's Lkk (the additive recurrences skip
+    it), the state kernel does not store the chunk states ``hbuf``, and the output kernel is not launched: no
+    ``aqk`` or ``hbuf`` scratch is allocated.
     """
     B, T, H, K = q.shape
     V = v.shape[3]
@@ -360,6 +373,7 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0):
         raise ValueError(f"rung {NAME!r} supports K <= {MAX_K}, got K={K}")
     C = int(chunk_size)
     has_g, delta = g is not None, beta is not None
+    has_o = o is not None
     NT = cdiv(T, C)
     BH = B * H
     if BH == 0 or V == 0:
@@ -369,25 +383,27 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0):
         return cuda.device_array(shape, np.float32, stream=stream)
 
     bcum = scratch(B, T, H) if has_g else or_dummy(None, 3)  # 1. in-chunk cumulative gates
-    aqk = scratch(B, T, H, C)  # 2. decayed scores Q K^T ⊙ Gamma (row t, in-chunk column s)
+    aqk = scratch(B, T, H, C) if has_o else or_dummy(None, 4)  # 2. scores Q K^T ⊙ Gamma (row t, in-chunk column s)
     lkk = scratch(B, T, H, C) if delta else or_dummy(None, 4)  # 2. strictly lower L of the delta rule
     w = scratch(B, T, H, K) if delta else or_dummy(None, 4)  # 3. W
     u = scratch(B, T, H, V) if delta else or_dummy(None, 4)  # 3. U, then (4.) V_new in place
-    hbuf = scratch(B, NT, H, K, V)  # 4. the starting state of every chunk
+    hbuf = scratch(B, NT, H, K, V) if has_o else or_dummy(None, 5)  # 4. the starting state of every chunk
     if T > 0:
         if has_g:
             _gates_kernel()[cdiv(B * T * H, GATES_THREADS), GATES_THREADS, stream](g, bcum, C)
         nsub = cdiv(min(C, T), TILE)  # 16-row tiles per chunk (fewer when the whole sequence is one short chunk)
-        _scores_kernel(has_g, delta)[(NT, BH, nsub * (nsub + 1) // 2), (TILE, TILE), stream](
-            q, k, bcum, or_dummy(beta, 3), aqk, lkk, C
-        )
+        if has_o or delta:  # state only: the additive recurrences need no scores at all
+            _scores_kernel(has_g, delta, has_o)[(NT, BH, nsub * (nsub + 1) // 2), (TILE, TILE), stream](
+                q, k, bcum, or_dummy(beta, 3), aqk, lkk, C
+            )
         if delta:
             _wu_kernel(has_g)[(NT, BH, cdiv(K + V, WU_THREADS)), WU_THREADS, stream](k, v, bcum, beta, lkk, w, u, C)
     if K > 0 and (T > 0 or ht is not None):  # with T = 0 this only copies h0 (or zeros) to ht
-        _state_kernel(has_g, delta, h0 is not None, ht is not None)[(cdiv(V, BV), BH), (BV, cdiv(K, KR)), stream](
+        state_kernel = _state_kernel(has_g, delta, h0 is not None, ht is not None, has_o)
+        state_kernel[(cdiv(V, BV), BH), (BV, cdiv(K, KR)), stream](
             k, v, w, u, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hbuf, C
         )
-    if T > 0:
+    if T > 0 and has_o:
         _output_kernel(has_g, delta)[(NT, BH, cdiv(V, BV)), (BV, OUT_ROWS), stream](
             q, v, u, bcum, aqk, hbuf, o, np.float32(scale), C
         )
@@ -395,8 +411,10 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0):
 
 def compile_targets():
     """``(label, py_func, argtypes)`` for every kernel variant: the 4 recurrences x float32 / float16 inputs,
-    and the state kernel also with / without h0 and ht. Inputs have layout "A" (callers may pass strided
-    views); the scratch buffers and the stand-ins for absent arrays are C-contiguous float32."""
+    and the state kernel also with / without h0 and ht. The state-only pass (``o=None``) adds the delta rule's
+    Lkk-only scores kernel and the state kernel without ``hbuf`` stores (with ht, with / without h0). Inputs
+    have layout "A" (callers may pass strided views); the scratch buffers and the stand-ins for absent arrays
+    are C-contiguous float32."""
     f32, chunk = types.float32, types.int64
     s3, s4, s5 = (array_type(np.float32, n, "C") for n in (3, 4, 5))
     yield "gates", _gates_kernel().py_func, (array_type(np.float32, 3), s3, chunk)
@@ -407,6 +425,8 @@ def compile_targets():
             beta_t = array_type(np.float32, 3) if delta else s3
             yield f"scores[{tag}]", _scores_kernel(has_g, delta).py_func, (x4, x4, s3, beta_t, s4, s4, chunk)
             if delta:
+                yield f"scores[{tag},state_only]", _scores_kernel(has_g, delta, False).py_func, (
+                    x4, x4, s3, beta_t, s4, s4, chunk)
                 yield f"wu[{tag}]", _wu_kernel(has_g).py_func, (x4, x4, s3, beta_t, s4, s4, s4, chunk)
             for has_h0 in (False, True):
                 for has_ht in (False, True):
@@ -417,5 +437,11 @@ def compile_targets():
                         _state_kernel(has_g, delta, has_h0, has_ht).py_func,
                         (x4, x4, s4, s4, s3, h0_t, ht_t, s5, chunk),
                     )
+                h0_t = array_type(np.float32, 4) if has_h0 else s4
+                yield (
+                    f"state[{tag},h0={int(has_h0)},ht=1,state_only]",
+                    _state_kernel(has_g, delta, has_h0, True, False).py_func,
+                    (x4, x4, s4, s4, s3, h0_t, array_type(np.float32, 4), s5, chunk),
+                )
             o_t = array_type(np.float32, 4)
             yield f"output[{tag}]", _output_kernel(has_g, delta).py_func, (x4, x4, s4, s3, s4, s5, o_t, f32, chunk)

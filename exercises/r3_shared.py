@@ -1,0 +1,802 @@
+"""Exercise r3 ``shared``: the chunkwise algorithm of r2 in two fused kernels, operands in shared memory, results
+in 4x4 register tiles.
+
+Your job
+    Fill in the two kernel bodies below (``# TODO(r3, 1)`` in ``intra``, ``# TODO(r3, 2)`` in ``state``). The math
+    is r2's, :func:`linattn_numba.reference.chunked` (read its docstring, and ``notebooks/r3_shared.py`` sections
+    1-3); what changes is where the intermediates live. r2 ran five kernels and passed every intermediate through
+    global memory (a 512 MiB buffer of chunk states at the standard shape); here
+
+    * ``intra`` does, for every chunk in parallel, all that does not depend on the carried state: the gates, the
+      scores, the WY solve and the state-free parts of the output, entirely in shared memory;
+    * ``state`` walks the chunks of one head in order with the state in registers and writes the output as it
+      goes (the *fused output*): a chunk's starting state never leaves the SM.
+
+    The launches (:func:`forward`, :func:`launches`), the shared-memory layouts (``_intra_layout``,
+    ``_state_layout``), the compile-time constants of the kernel factories and the device helpers are given --
+    keep them as they are; they fix the thread maps the TODOs describe. Read the helpers first, they are what
+    your kernels call:
+
+    ``ld4(a, i)`` / ``st4(a, i, x)``  four consecutive floats as ONE 128-bit load / store (``i`` an index or a
+        tuple; on the GPU an intrinsic, since Numba alone emits four 32-bit accesses; 16-byte alignment needed:
+        every offset and row stride of the layouts is a multiple of 4 floats).
+    ``_mm_nn``  the register-blocked 4x4 micro-tile: ``acc[4 i + j] += sum_m A[rr + rstep i, m] B[m, c0 + j]``,
+        per 4 steps of m: 4 + 4 ``ld4`` and 64 FMAs. Every product [C, m] x [m, cols] of this rung is one call per
+        4x4 output tile; the scores and the state update you write by hand in the same pattern.
+    ``_stage_input`` / ``_stage_input4`` / ``_stage_scratch``  a [rows, cols] tile of an input [B, T, H, n] or of a
+        scratch array [B H, T', n] into shared memory, zero-padded past the sequence and past n, with many loads
+        in flight per thread (optionally scaling row t by ``sm[soff + t]``); ``_store_tile`` a row of a 4x4 tile
+        to scratch; ``_chunk_gates`` a chunk's gamma_t and gamma_C / gamma_t; ``_prefetch_rows3/4`` L2 prefetch.
+
+    Part 1, the additive recurrences (plain, decay): in ``intra`` the staging, the gates, Aqk and U'' = Aqk V; in
+        ``state`` Q S, the output and the update. Grade with ``--case plain`` and ``--case decay``.
+    Part 2, the delta rule (delta, gated_delta): in ``intra`` Lkk, A = (I + Lkk)^-1 in 16 x 16 blocks, W, U,
+        Q' = diag(gamma) Q - Aqk W and U'' = Aqk U; in ``state`` [W; Q'] S, V_new = U - W S and K staged over W.
+
+The pipeline (``forward`` launches them in this order), in the notation of the reference: in-chunk cumulative
+log-gates ``b_t``, ``gamma_t = exp(b_t)``, ``Gamma_ts = exp(b_t - b_s)``, C = the chunk size::
+
+    intra   per chunk, parallel: b, Aqk = tril(Q K^T ⊙ Gamma); delta: Lkk = tril(diag(beta)(K K^T ⊙ Gamma), -1),
+            A = (I + Lkk)^-1, W = A diag(beta gamma) K, U = A diag(beta) V, Q' = diag(gamma) Q - Aqk W;
+            U'' = Aqk U (delta) or Aqk V (additive)
+                                                   -> bcum [B H, T'], w, qp [B H, T', K'], u, u2 [B H, T', V]
+    state   per head and value tile, sequential over chunks: X = [W; Q'] S (delta) or Q S (additive),
+            V_new = U - W S (or V), o = scale (Q' S + U'') (or scale (diag(gamma) Q S + U'')),
+            S <- gamma_C S + K^T diag(gamma_C / gamma) V_new
+
+    The output identity behind the fusion: O = scale (diag(gamma) Q S + Aqk (U - W S)) = scale (Q' S + U''),
+    with Q' and U'' free of S -- so the state pass needs one product [W; Q'] S per chunk for both V_new and O.
+
+(T' = T rounded up to whole chunks, K' = KP = K rounded up to a power of two >= 16. Rows past T and columns past K
+are zero in shared memory, so no product needs a bounds test -- keep them zero.) ``forward`` skips ``intra`` for
+the plain recurrence without output. ``o=None`` (state only, used by rung r4; the grader always passes an
+output) makes ``out`` False: then no Aqk, Q', U'' and no output product.
+
+Memory-traffic budget to aim for (what the package's rung moves; bytes to and from global memory, each array
+once, cached re-reads not counted). At B=4 T=8192 H=16 K=V=128, C=64, BV=64, float32: ``intra`` reads q, k, v
+(768 MiB) and writes u2 (256 MiB), for the delta rule also w, u, qp (768 MiB); ``state`` reads k, q (or w and
+qp), v (or u) and u2 -- 1 GiB, 1.25 GiB for the delta rule, once per value tile (2 tiles; the second read mostly
+hits L2) -- and writes o (256 MiB). About 2.3 GiB for the additive recurrences and 3.3 GiB for the delta rule
+(r2: 3 GiB and 4.8 GiB), against 1 GiB of inputs and output. Nothing else goes to global memory: no chunk state,
+no score matrix, no A. FLOPs as executed, per token-head: about 91 k (additive), 167 k (delta).
+The napkin-math section of ``notebooks/r3_shared.py`` computes them per kernel (``r3_budget``; it also counts
+the state kernel's re-reads per value tile).
+
+Resources the package's rung fits in (ptxas for sm_90, float32, C = 64, K' = 128): ``intra`` 256 threads, 108 KB
+of shared memory, 2 blocks per SM (launch bounds (256, 2): at most 128 registers); ``state`` 512 threads, 118 KB,
+1 block per SM (launch bounds (512, 1): at most 128 registers). Keep every ``cuda.local.array`` indexed only by
+counters of ``range()`` loops with constant trip counts (4, 16): then it lives in registers; any other index
+moves it to (slow) local memory -- the package's kernels use none (``linattn-numba compile-check shared``).
+
+Rules that hold in both kernels: accumulate in float32 (``float32(0.0)``; the staging helpers convert float16
+inputs, a direct read of q needs ``float32(...)``); every exponent is a difference ``<= 0`` of in-chunk
+cumulative gates, never ``exp(b_t) * exp(-b_s)``; entries above a chunk's diagonal are never computed, zeros are
+written where the layout needs them; every thread of the block reaches every barrier (guard loads and stores,
+never ``return`` early); the summation order is fixed -- no atomics.
+
+Grade it
+    linattn-numba grade exercises/r3_shared.py --case plain    # part 1 (then --case decay)
+    linattn-numba grade exercises/r3_shared.py --quick         # 4 cases, one per recurrence
+    linattn-numba grade exercises/r3_shared.py                 # all cases (chunk_size 16, T up to 70)
+
+    As given (the kernel bodies are ``pass``) every case FAILS with "some outputs never written". A case that
+    hangs (a barrier not every thread reaches) is stopped after ``--timeout`` seconds and reported. The grader
+    uses C = 16: ``intra`` then runs 16 threads (half a warp), ``state`` (K'/4)(BV/4).
+
+    C = 16 is ONE 16 x 16 block of the inverse: step 5b of TODO(r3, 1) never runs in the graded cases. Check the
+    delta rule at the larger chunks too (a second or two in the simulator; drop the first line on a GPU)::
+
+        python - <<'EOF'
+        from linattn_numba import sim; sim.enable()
+        from linattn_numba import grade, grading_cases
+        mod = grade.load_module("exercises/r3_shared.py")
+        case = grading_cases.Case("gated_delta", (1, 70, 1, 12, 16))
+        for C in (32, 64):
+            r = grading_cases.run_case(mod, case, chunk_size=C)
+            print(f"C = {C}:", "PASS" if r.passed else "FAIL", r.err_o, r.err_ht, *r.hints)
+        EOF
+
+Afterwards
+    Compare with ``src/linattn_numba/rungs/r3_shared.py`` (its module docstring explains every choice and how the
+    tiles were tuned); on a GPU, ``linattn-numba bench --rungs chunked,shared`` shows what the fusion buys.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import config, cuda, float32, types
+
+from linattn_numba._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
+from linattn_numba.reference import RECURRENCES
+
+NAME = "shared"
+MAX_K = 128  # the intra kernel stages K and Q rows of a chunk whole: C x (K + 4) floats each
+MAX_V = None  # V is tiled by both kernels
+
+CHUNK_SIZES = (16, 32, 64)
+DEFAULT_CHUNK = 64  # used when chunk_size is None (the decode path)
+WIDE_TILE = 64  # intra kernel: columns of [W | U] (and Q', U'') per register-blocked pass
+SMEM_STATIC_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
+STATE_REGS_BLOCKS = 512  # launch bounds: threads per SM the register allocation must allow (<= 128 regs each)
+BATCH = 8  # global loads a staging loop keeps in flight per thread (32-bit loads)
+QBATCH = 8  # the same for 128-bit loads (32 registers)
+QBUF = 4 * QBATCH  # floats those hold (array shapes must be plain constants)
+INTRA_MIN_BLOCKS = 2  # launch bounds: intra blocks per SM (2 x 256 threads, 2 x 108 KB shared at C = 64)
+
+# Tile table: value-tile width BV of the state kernel, per (chunk size, padded K), from tools/tune_r3.py on the
+# H200 at B4 T8192 H16 K=V=128 (candidates C in {32, 64} x BV in {16, 32, 64}; see the package rung's docstring).
+# V narrower than BV uses the smallest multiple of 4 >= V.
+BV_TABLE = {
+    (32, 128): 64,
+    (64, 128): 64,
+}
+BV_DEFAULT = 64
+
+
+# ==========================================================================================================
+# Given: the building blocks your kernels call (128-bit accesses, the 4x4 micro-tile product, the staging
+# loops, L2 prefetch). Read them; keep them as they are.
+# ==========================================================================================================
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 128-bit loads and stores
+# ----------------------------------------------------------------------------------------------------------
+def _ld4_py(a, i):
+    """``(a[i], a[i+1], a[i+2], a[i+3])`` along the last axis (``i`` an index or a tuple of indices)."""
+    if isinstance(i, tuple):
+        *head, last = i
+        return tuple(a[(*head, last + e)] for e in range(4))
+    return a[i], a[i + 1], a[i + 2], a[i + 3]
+
+
+def _st4_py(a, i, x):
+    """``a[i : i + 4] = x`` along the last axis (``i`` an index or a tuple of indices)."""
+    for e in range(4):
+        if isinstance(i, tuple):
+            *head, last = i
+            a[(*head, last + e)] = x[e]
+        else:
+            a[i + e] = x[e]
+
+
+def _prefetch_py(a, i):
+    """No-op outside the GPU (a cache hint has no meaning in the simulator)."""
+
+
+if config.ENABLE_CUDASIM:
+    ld4, st4, prefetch_l2 = _ld4_py, _st4_py, _prefetch_py
+else:
+    from llvmlite import ir
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    def _vec_ptr(context, builder, aryty, ary_val, idx_ty, idx_val):
+        ary = context.make_array(aryty)(context, builder, ary_val)
+        if isinstance(idx_ty, types.BaseTuple):
+            idx = cgutils.unpack_tuple(builder, idx_val, len(idx_ty))
+            idx = [context.cast(builder, v, t, types.intp) for v, t in zip(idx, idx_ty)]
+        else:
+            idx = [context.cast(builder, idx_val, idx_ty, types.intp)]
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, idx, wraparound=False)
+        return builder.bitcast(ptr, ir.PointerType(ir.VectorType(ir.FloatType(), 4)))
+
+    @intrinsic
+    def ld4(typingctx, arr, idx):
+        """``(a[i], a[i+1], a[i+2], a[i+3])`` along the last axis as ONE 128-bit load (``ld.shared.v4.f32`` or
+        ``ld.global.v4.f32``).
+
+        Numba emits four 32-bit loads for four consecutive elements (LLVM cannot prove the 16-byte alignment a
+        vector load needs), and a 32-bit load uses a quarter of what one shared-memory (or L1) transaction
+        can carry: the register-blocked loops below read 4 consecutive floats per operand and step, so this
+        quarters their load instructions. The element must be 16-byte aligned: every shared offset and row
+        stride below is a multiple of 4 floats (the dynamic shared array starts aligned), and the float32
+        scratch rows are multiples of 4 floats long.
+        """
+        sig = types.UniTuple(types.float32, 4)(arr, idx)
+
+        def codegen(context, builder, sig, args):
+            vptr = _vec_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            vec = builder.load(vptr, align=16)
+            elems = [builder.extract_element(vec, ir.Constant(ir.IntType(32), e)) for e in range(4)]
+            return context.make_tuple(builder, sig.return_type, elems)
+
+        return sig, codegen
+
+    @intrinsic
+    def st4(typingctx, arr, idx, x):
+        """``a[i : i + 4] = x`` (a 4-tuple of float32) along the last axis as ONE 128-bit store."""
+        sig = types.none(arr, idx, x)
+
+        def codegen(context, builder, sig, args):
+            vptr = _vec_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            vals = cgutils.unpack_tuple(builder, args[2], 4)
+            vals = [context.cast(builder, v, t, types.float32) for v, t in zip(vals, sig.args[2])]
+            vec = ir.Constant(ir.VectorType(ir.FloatType(), 4), ir.Undefined)
+            for e in range(4):
+                vec = builder.insert_element(vec, vals[e], ir.Constant(ir.IntType(32), e))
+            builder.store(vec, vptr, align=16)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def prefetch_l2(typingctx, arr, idx):
+        """``prefetch.L2`` of the cache line holding ``a[idx]``: a hint that starts the line's trip from HBM
+        to L2 now, without waiting and without a register (the state kernel asks for the next chunk's rows
+        while it computes on this one, so that their staging loads hit L2)."""
+        sig = types.none(arr, idx)
+
+        def codegen(context, builder, sig, args):
+            aryty, idx_ty = sig.args
+            ary = context.make_array(aryty)(context, builder, args[0])
+            idx = cgutils.unpack_tuple(builder, args[1], len(idx_ty))
+            idx = [context.cast(builder, v, t, types.intp) for v, t in zip(idx, idx_ty)]
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, idx, wraparound=False)
+            addr = builder.ptrtoint(ptr, ir.IntType(64))
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ir.IntType(64)]), "prefetch.L2 [$0];", "l",
+                               side_effect=True)
+            builder.call(asm, [addr])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+
+@cuda.jit(device=True, inline="always")
+def _mm_nn(sm, acc, oa, sa, ob, sb, rr, rstep, c0, kdim):
+    """acc[4 i + j] += sum_m A[rr + rstep i, m] B[m, c0 + j] for a 4x4 micro-tile (i, j < 4), m < kdim.
+
+    A is row-major at ``sm[oa + row * sa + m]``, B at ``sm[ob + m * sb + col]``. Per 4 steps of m: 4 loads of 4
+    consecutive m for the 4 rows of A, 4 loads of 4 consecutive columns of B, 64 FMAs.
+    """
+    a = cuda.local.array(16, float32)
+    bb = cuda.local.array(16, float32)
+    for m in range(0, kdim, 4):
+        for i in range(4):
+            x = ld4(sm, oa + (rr + rstep * i) * sa + m)
+            for e in range(4):
+                a[4 * i + e] = x[e]
+        for e in range(4):
+            y = ld4(sm, ob + (m + e) * sb + c0)
+            for j in range(4):
+                bb[4 * e + j] = y[j]
+        for i in range(4):
+            for e in range(4):
+                for j in range(4):
+                    acc[4 * i + j] += a[4 * i + e] * bb[4 * e + j]
+
+
+@cuda.jit(device=True, inline="always")
+def _stage_input(sm, off, stride, x, b, h, t0, n, lim, col0, rows, cols, tid, nth, scaled, soff):
+    """sm[off + t stride + d] = x[b, t0 + t, h, col0 + d] (as float32; times sm[soff + t] when ``scaled``) for
+    t < rows, d < cols; 0 where t >= n or col0 + d >= lim (the zero padding every product below relies on).
+
+    Consecutive threads take consecutive d (coalesced), and each thread issues its loads BATCH at a time before
+    storing them: a load's latency (hundreds of cycles from L2 or HBM) is paid once per batch, not per element.
+    """
+    buf = cuda.local.array(BATCH, float32)
+    total = rows * cols
+    for e0 in range(tid, total, BATCH * nth):
+        for r in range(BATCH):
+            e = e0 + r * nth
+            t = e // cols
+            d = e % cols
+            val = float32(0.0)
+            if e < total and t < n and col0 + d < lim:
+                val = float32(x[b, t0 + t, h, col0 + d])
+            buf[r] = val
+        for r in range(BATCH):
+            e = e0 + r * nth
+            if e < total:
+                t = e // cols
+                val = buf[r]
+                if scaled:
+                    val *= sm[soff + t]
+                sm[off + t * stride + e % cols] = val
+
+
+@cuda.jit(device=True, inline="always")
+def _stage_input4(sm, off, stride, x, b, h, t0, n, lim, col0, rows, cols, tid, nth, scaled, soff):
+    """:func:`_stage_input` for float32 inputs whose rows are 16-byte aligned and lim, col0, cols multiples of 4
+    (``forward`` checks): one 128-bit load per 4 elements, QBATCH of them in flight per thread."""
+    buf = cuda.local.array(QBUF, float32)
+    quads = rows * cols // 4
+    for e0 in range(tid, quads, QBATCH * nth):
+        for r in range(QBATCH):
+            e = e0 + r * nth
+            t = (4 * e) // cols
+            d = (4 * e) % cols
+            y = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+            if e < quads and t < n and col0 + d < lim:
+                y = ld4(x, (b, t0 + t, h, col0 + d))
+            for f in range(4):
+                buf[4 * r + f] = y[f]
+        for r in range(QBATCH):
+            e = e0 + r * nth
+            if e < quads:
+                t = (4 * e) // cols
+                sc = sm[soff + t] if scaled else float32(1.0)
+                st4(sm, off + t * stride + (4 * e) % cols,
+                    (buf[4 * r] * sc, buf[4 * r + 1] * sc, buf[4 * r + 2] * sc, buf[4 * r + 3] * sc))
+
+
+@cuda.jit(device=True, inline="always")
+def _prefetch_rows4(x, b, h, t0, n, c0, cols, tid, nth):
+    """L2 prefetch of rows x[b, t0 : t0 + n, h, c0 : c0 + cols], one request per 32 elements (128 bytes)."""
+    lines = (cols + 31) // 32
+    for e in range(tid, n * lines, nth):
+        prefetch_l2(x, (b, t0 + e // lines, h, c0 + 32 * (e % lines)))
+
+
+@cuda.jit(device=True, inline="always")
+def _prefetch_rows3(x, bh, t0, n, c0, cols, tid, nth):
+    """L2 prefetch of rows x[bh, t0 : t0 + n, c0 : c0 + cols] of a scratch array."""
+    lines = (cols + 31) // 32
+    for e in range(tid, n * lines, nth):
+        prefetch_l2(x, (bh, t0 + e // lines, c0 + 32 * (e % lines)))
+
+
+@cuda.jit(device=True, inline="always")
+def _stage_scratch(sm, off, stride, x, bh, t0, c0, lim, rows, cols, tid, nth, vec):
+    """sm[off + t stride + d] = x[bh, t0 + t, c0 + d] for t < rows, d < cols (0 where c0 + d >= lim) from a
+    C-contiguous float32 scratch array: with ``vec`` (lim, c0, cols multiples of 4) 128-bit loads, QBATCH in
+    flight per thread; else 32-bit loads, 4 QBATCH in flight."""
+    buf = cuda.local.array(QBUF, float32)
+    if vec:
+        quads = rows * cols // 4
+        for e0 in range(tid, quads, QBATCH * nth):
+            for r in range(QBATCH):
+                e = e0 + r * nth
+                d = (4 * e) % cols
+                y = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+                if e < quads and c0 + d < lim:
+                    y = ld4(x, (bh, t0 + (4 * e) // cols, c0 + d))
+                for f in range(4):
+                    buf[4 * r + f] = y[f]
+            for r in range(QBATCH):
+                e = e0 + r * nth
+                if e < quads:
+                    st4(sm, off + ((4 * e) // cols) * stride + (4 * e) % cols,
+                        (buf[4 * r], buf[4 * r + 1], buf[4 * r + 2], buf[4 * r + 3]))
+    else:
+        total = rows * cols
+        for e0 in range(tid, total, 4 * QBATCH * nth):
+            for r in range(4 * QBATCH):
+                e = e0 + r * nth
+                val = float32(0.0)
+                if e < total and c0 + e % cols < lim:
+                    val = x[bh, t0 + e // cols, c0 + e % cols]
+                buf[r] = val
+            for r in range(4 * QBATCH):
+                e = e0 + r * nth
+                if e < total:
+                    sm[off + (e // cols) * stride + e % cols] = buf[r]
+
+
+@cuda.jit(device=True, inline="always")
+def _store_tile(dst, bh, t, col, lim, acc, i, vec):
+    """dst[bh, t, col : col + 4] = acc[4 i : 4 i + 4] for the columns < lim; one 128-bit store when ``vec``."""
+    if vec:
+        st4(dst, (bh, t, col), (acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]))
+    else:
+        for j in range(4):
+            if col + j < lim:
+                dst[bh, t, col + j] = acc[4 * i + j]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# kernel A: everything inside one chunk (fully parallel over chunks and heads) -- TODO(r3, 1) is yours
+# ----------------------------------------------------------------------------------------------------------
+def _intra_layout(C, KP):
+    """Offsets (in floats) of the intra kernel's shared arrays, and the total size."""
+    KS, CS, RS = KP + 4, C + 4, min(WIDE_TILE, KP) + 4
+    o_k = 0  # K rows [C, KS]; later (delta) diag(beta gamma) K; then the U tile [C, RS]
+    o_q = o_k + C * KS  # Q rows [C, KS]; after the scores: the staged right-hand tile [C, RS]
+    o_aqk = o_q + C * max(KS, RS)  # Aqk [C, CS]
+    o_la = o_aqk + C * CS  # Lkk, then A = (I + Lkk)^-1 in place [C, CS]
+    o_t = o_la + C * CS  # blocked inversion: diagonal-block columns [16, C], then the T_IJ of a block row
+    o_b = o_t + max(C // 16 - 1, 1) * 256 + 16 * C  # in-chunk cumulative log-gates b_t
+    o_beta = o_b + C
+    o_g = o_beta + C
+    return o_k, o_q, o_aqk, o_la, o_t, o_b, o_beta, o_g, o_g + C
+
+
+@functools.lru_cache(maxsize=None)
+def _intra_kernel(C, KP, has_g, delta, out, vin):
+    C4 = C // 4
+    NTH = C4 * C4  # one 4x4 tile of the [C, C] score matrices per thread
+    CB = min(WIDE_TILE, KP)
+    CB4 = CB // 4
+    NTILE = C4 * CB4  # 4x4 tiles of a [C, CB] product
+    NB = C // 16  # 16 x 16 blocks of the inversion
+    KS, CS, RS = KP + 4, C + 4, CB + 4
+    O_K, O_Q, O_AQK, O_LA, O_T, O_B, O_BETA, O_G, _ = _intra_layout(C, KP)
+
+    def intra(q, k, v, g, beta, bcum, w, u, qp, u2):
+        """One chunk c (x) of one head bh (y): gates, scores, and (delta rule) the WY solve.
+
+        bcum[bh, t]     in-chunk cumulative log-gate b_t (padded rows: b of the last token)
+        w[bh, t, :KP]   W = A diag(beta gamma) K                       (delta)
+        u[bh, t, :V]    U = A diag(beta) V                             (delta)
+        qp[bh, t, :KP]  Q' = diag(gamma) Q - Aqk W                     (delta, output)
+        u2[bh, t, :V]   U'' = Aqk U (delta) or Aqk V (additive)        (output)
+        with A = (I + Lkk)^-1, Lkk = tril(diag(beta)(K K^T ⊙ Gamma), -1), Aqk = tril(Q K^T ⊙ Gamma).
+        Rows t of a chunk past the sequence's end are zero-padded: they produce zeros.
+        """
+        # TODO(r3, 1): one block = one chunk c = cuda.blockIdx.x of one head bh = cuda.blockIdx.y (b = bh // H,
+        #   h = bh % H). forward launches grid (NC, B H), NTH = (C / 4)^2 threads (16 at C = 16, 256 at C = 64) and
+        #   _intra_layout(C, KP)[-1] floats of dynamic shared memory: sm = cuda.shared.array(0, float32) is ONE flat
+        #   array, each region at one of the factory's offsets O_K, O_Q, O_AQK, O_LA, O_T, O_B, O_BETA, O_G (read
+        #   _intra_layout: which region is reused for what, and when). Row strides KS = KP + 4, CS = C + 4,
+        #   RS = CB + 4: a multiple of 4 floats keeps every ld4 / st4 16-byte aligned, and the +4 puts consecutive
+        #   rows 4 banks apart, so the different rows a warp reads do not collide in one bank.
+        #   T, H, K = q.shape[1], q.shape[2], q.shape[3]; V = v.shape[3]; vec_v = V % 4 == 0 (rows of u and u2 are
+        #   then 16-byte aligned: 128-bit stores). tid = cuda.threadIdx.x; t0 = c * C; n = min(C, T - t0) rows are
+        #   tokens, rows n .. C - 1 padding: every staged operand is zero there (the helpers do it), so the products
+        #   need no bounds tests.
+        #   Barriers: every thread reaches every one. The one early return allowed: `if not (delta or out): return`
+        #   after step 2 (decay without output: only bcum is needed), where no barrier follows.
+        # Part 1 (plain, decay) is steps 1, 2, 3 (Aqk) and 7 (U''); part 2 adds Lkk in 3, steps 4-6 and U in 7.
+        #
+        # 1. Stage. For t = tid, tid + NTH, ... < C: sm[O_G + t] = g[b, t0 + t, h] (has_g) and sm[O_BETA + t] =
+        #    beta[b, t0 + t, h] (delta), float32, 0 for t >= n. K rows (if delta or out) into O_K and Q rows (if out)
+        #    into O_Q, [C, KP] at row stride KS, e.g.  _stage_input(sm, O_K, KS, k, b, h, t0, n, K, 0, C, KP, tid,
+        #    NTH, False, 0)  -- _stage_input4, same arguments, when vin (128-bit loads of aligned float32 rows).
+        #    cuda.syncthreads()  -- protects: the staged rows are complete before any thread reads them.
+        # 2. Gates (has_g). For t = tid, tid + NTH, ... < C: b_t = sum of sm[O_G + s] for s = 0 .. min(t, n - 1)
+        #    (padded rows get the last token's b: g is 0 there); store it in sm[O_B + t] and in bcum[bh, t0 + t]
+        #    (the state kernel reads it).
+        #    cuda.syncthreads()  -- protects: the scores read b_s of rows other threads summed.
+        # 3. Scores, register-blocked: (tr, tc) = divmod(tid, C4); the thread owns the 4x4 micro-tile of rows
+        #    t = tr + C4 i and columns s = tc + C4 j (i, j < 4) of Aqk (out) and of Lkk (delta). Strided, not
+        #    contiguous: threads with consecutive tc read consecutive K rows (KS apart: different banks), threads with
+        #    the same tr read the same Q row (a broadcast). Accumulators: cuda.local.array(16, float32), one per
+        #    matrix, zeroed; and 16-float arrays for the loaded rows. For d in range(0, KP, 4):
+        #      kc[4 j + f] = ld4(sm, O_K + (tc + C4 j) * KS + d)[f]     the 4 column rows: 4 float4
+        #      qr[4 i + f] from O_Q, row tr + C4 i (out);  kr[4 i + f] from O_K, row tr + C4 i (delta)
+        #      acc_qk[4 i + j] += qr[4 i + f] * kc[4 j + f]  (and acc_kk with kr)  for i, j, f < 4 -- 64 FMAs for
+        #      8 loads; one set of column loads feeds both matrices.
+        #    Then for each entry: dec = exp(sm[O_B + t] - sm[O_B + s]) if has_g and s <= t, else 1 (the
+        #    difference is <= 0: never evaluate it above the diagonal, where it is positive and may overflow);
+        #      sm[O_AQK + t * CS + s] = acc_qk * dec if s <= t else 0                        (out)
+        #      sm[O_LA + t * CS + s]  = sm[O_BETA + t] * acc_kk * dec if s < t else 0         (delta)
+        #    cuda.syncthreads()  -- protects: Aqk and Lkk are complete before any product reads them. From here on
+        #    the Q rows are dead: O_Q becomes a [C, RS] tile (W, then the staged V).
+        # 4. (delta) diag(beta gamma) K in place: sm[O_K + t * KS + d] *= beta_t * exp(b_t) (exp only if has_g) for
+        #    t < C, d < KP (flat index e = tid, tid + NTH, ... < C * KP). Only W reads K from now on. No barrier
+        #    yet: step 5 works on other regions, and its first barrier comes before W reads K.
+        # 5. (delta) A = (I + Lkk)^-1, in place over Lkk (O_LA), in 16 x 16 blocks (NB = C / 16 block rows). A is
+        #    unit lower triangular; r2 solved C rows one after the other, here the blocks go in parallel:
+        #    5a. Diagonal blocks, all at once: thread tid < C solves column jc = tid % 16 of the inverse of diagonal
+        #        block dblk = tid // 16 by forward substitution,
+        #          x_i = [i == jc] - sum_{m < i} L[i, m] x_m,   L[i, m] = sm[O_LA + (16 dblk + i) * CS + 16 dblk + m],
+        #        keeping x_i in shared memory at sm[O_T + i * C + tid] (x_m is read back for every later i: a register
+        #        array indexed by m < i would need the loops fully unrolled, else it goes to local memory).
+        #        cuda.syncthreads()  -- protects: every diagonal block of L is read before any is overwritten.
+        #        Then copy the column back into the block, rows i = jc .. 15 (the rest of A_II stays 0).
+        #        cuda.syncthreads()  -- protects: every A_II is in place before the block rows read them.
+        #    5b. Block rows bi = 1 .. NB - 1, in order (each reads A of the rows above), for every bj < bi:
+        #          A_IJ = -A_II sum_{J <= M < I} L_IM A_MJ          (I = bi, J = bj: 16 x 16 blocks)
+        #        First the sum: entries e = tid, tid + NTH, ... < bi * 256 (bj = e // 256, r = (e // 16) % 16,
+        #        cc = e % 16), sm[O_T + e] = sum_{m = 16 bj}^{16 bi - 1} LA[16 bi + r, m] * LA[m, 16 bj + cc], with
+        #        LA[x, y] = sm[O_LA + x * CS + y]: block row bi, left of its diagonal block, still holds L; the block
+        #        rows above already hold A.
+        #        cuda.syncthreads()  -- protects: all of T is written, and block row bi of L read, before it is
+        #        overwritten.
+        #        Then the same entries, A_IJ = -A_II T_J:
+        #          LA[16 bi + r, 16 bj + cc] = -sum_{m <= r} LA[16 bi + r, 16 bi + m] * sm[O_T + 256 bj + 16 m + cc]
+        #        (A_II is lower triangular: m <= r).
+        #        cuda.syncthreads()  -- protects: block row bi of A is complete before block row bi + 1 reads it.
+        #    Check against reference.chunked (A = (I + L)^-1; padded rows come out as rows of I), and at C = 32
+        #    and 64 (the module docstring shows how): the graded C = 16 has NB = 1, so 5b never runs there. That is
+        #    2 + 2 (NB - 1) barriers in all (r2: one thread per column of [W | U], C dependent rows in sequence).
+        # 6. (delta) W = A diag(beta gamma) K and (out) Q' = diag(gamma) Q - Aqk W, CB = min(64, KP) columns at a
+        #    time: for kb in range(0, KP, CB), 4x4 tiles of the [C, CB] product, contiguous rows:
+        #      for tile in range(tid, NTILE, NTH): rr = tile // CB4, cc = tile % CB4; acc = 0 (a 16-float array);
+        #        _mm_nn(sm, acc, O_LA, CS, O_K + kb, KS, 4 * rr, 1, cc * 4, 4 * rr + 4)
+        #      The inner dimension stops at 4 rr + 4: A is lower triangular, its columns past the tile's last row are
+        #      zero (the reason for contiguous rows here). For each row r = 4 rr + i: store it,
+        #      _store_tile(w, bh, t0 + r, kb + cc * 4, KP, acc, i, True), and with out keep it in shared memory too,
+        #      st4(sm, O_Q + r * RS + cc * 4, (acc[4 i], acc[4 i + 1], acc[4 i + 2], acc[4 i + 3])).
+        #    With out: cuda.syncthreads()  -- protects: the W tile is complete before the Q' product reads it. Then
+        #      the same tiles of Aqk W: _mm_nn(sm, acc, O_AQK, CS, O_Q, RS, 4 * rr, 1, cc * 4, 4 * rr + 4), and per
+        #      entry (col = kb + cc * 4 + j): x = float32(q[b, t0 + r, h, col]) * exp(sm[O_B + r]) (exp only with g)
+        #      if r < n and col < K else 0, acc[4 i + j] = x - acc[4 i + j]; _store_tile(qp, bh, t0 + r, kb + cc * 4,
+        #      KP, acc, i, True).  (q is read again from global memory: its shared rows are gone.)
+        #      cuda.syncthreads()  -- protects: the next kb's W tile overwrites this one only after every Q' is done.
+        # 7. The value columns, CB at a time: for vb in range(0, V, CB):
+        #      stage V columns vb .. vb + CB - 1 into O_Q at stride RS, rows times beta_t for the delta rule:
+        #        _stage_input(sm, O_Q, RS, v, b, h, t0, n, V, vb, C, CB, tid, NTH, delta, O_BETA)  (or _stage_input4)
+        #      cuda.syncthreads()  -- protects: the staged tile is complete.
+        #      (delta) U = A diag(beta) V: tiles as in step 6 with _mm_nn(sm, acc, O_LA, CS, O_Q, RS, 4 * rr, 1,
+        #        cc * 4, 4 * rr + 4); _store_tile(u, bh, t0 + r, vb + cc * 4, V, acc, i, vec_v and vb + cc * 4 < V)
+        #        (128-bit stores only where the 4 columns exist); with out also st4 into O_K + r * RS + cc * 4 (the K
+        #        rows are dead after step 6). cuda.syncthreads()  -- protects: the U tile is complete (and the staged
+        #        tile is free again).
+        #      (out) U'' = Aqk U (delta: right factor at O_K) or Aqk V (additive: at O_Q): _mm_nn(sm, acc, O_AQK, CS,
+        #        rhs, RS, 4 * rr, 1, cc * 4, 4 * rr + 4); _store_tile(u2, ...) like u.
+        #      Additive: cuda.syncthreads()  -- protects: the next vb's staging overwrites the tile U'' reads. (Not
+        #        needed for the delta rule: the next staging writes O_Q, which U'' does not read, and the next U
+        #        tile is written to O_K only after the next staging barrier.)
+        # Memory traffic (budget in the module docstring): q, k, v, g, beta read once, bcum, w, u, qp, u2 written
+        #   once -- nothing else. Aqk, Lkk and A never leave shared memory. In the 4x4 pattern each 128-bit shared
+        #   load feeds 8 FMAs (r2's tiled matmul: two 32-bit shared loads per FMA).
+        pass
+
+    if config.ENABLE_CUDASIM:
+        return cuda.jit(intra)
+    return cuda.jit(intra, launch_bounds=(NTH, INTRA_MIN_BLOCKS))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# kernel B: the sequential pass over chunks, state in registers, output fused -- TODO(r3, 2) is yours
+# ----------------------------------------------------------------------------------------------------------
+def _state_layout(C, KP, BV):
+    KS, VS = KP + 4, BV + 4
+    o_a = 0  # two row blocks [C, KS]: W | Q' (delta, output), W | K, Q | K (additive, output) or - | K
+    o_s = o_a + 2 * C * KS  # the state tile S [KP, VS] (the matmul's right-hand side)
+    o_v = o_s + KP * VS  # V_new tile [C, VS], rows scaled by gamma_C / gamma_t
+    o_gm = o_v + C * VS  # gamma_t
+    o_f = o_gm + C  # gamma_C / gamma_t (0 past the sequence's end)
+    return o_a, o_s, o_v, o_gm, o_f, o_f + C
+
+
+@cuda.jit(device=True, inline="always")
+def _chunk_gates(sm, o_f, o_gm, bcum, bh, t0, n, C, tid, nth):
+    """sm[o_f + t] = gamma_C / gamma_t = exp(b_last - b_t) (0 for t >= n) and sm[o_gm + t] = gamma_t = exp(b_t)."""
+    b_last = bcum[bh, t0 + n - 1]
+    for t in range(tid, C, nth):
+        bt = bcum[bh, t0 + min(t, n - 1)]
+        sm[o_f + t] = math.exp(b_last - bt) if t < n else float32(0.0)
+        sm[o_gm + t] = math.exp(bt)
+
+
+@functools.lru_cache(maxsize=None)
+def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
+    BV4 = BV // 4
+    NTH = (KP // 4) * BV4  # one 4x4 tile of the state [KP, BV] per thread
+    KS, VS = KP + 4, BV + 4
+    O_A, O_S, O_V, O_GM, O_F, _ = _state_layout(C, KP, BV)
+    P1_ROWS = C * (int(delta) + int(out))  # rows of [W; Q'] (or Q) that multiply the state
+    R4 = P1_ROWS // 4
+    NT1 = R4 * BV4
+    K_OFF = 0 if (delta and out) else C * KS  # where the K rows sit during the state update
+
+    def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):
+        """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk:
+
+        S (rows 4 rg .. 4 rg + 3, columns 4 cg .. 4 cg + 3 of the tile) lives in registers all along.
+        Per chunk: X = [W; Q'] S (delta) or Q S (additive) from shared memory, then
+        V_new = U - W S (delta) or V,  o = scale (Q' S + U'')  or  scale (diag(gamma) Q S + U''),
+        S <- gamma_C S + K^T diag(gamma_C / gamma) V_new.
+        """
+        # TODO(r3, 2): one block = value columns v0 = cuda.blockIdx.x * BV .. v0 + BV - 1 of head bh = cuda.blockIdx.y
+        #   (b = bh // H, h = bh % H), every chunk in order. forward launches grid (ceil(V / BV), B H), NTH =
+        #   (KP / 4)(BV / 4) threads (512 at KP = 128, BV = 64) and _state_layout(C, KP, BV)[-1] floats of dynamic
+        #   shared memory: sm = cuda.shared.array(0, float32), regions at O_A, O_S, O_V, O_GM, O_F, row strides
+        #   KS = KP + 4 and VS = BV + 4. T, H, K = k.shape[1], k.shape[2], k.shape[3]; V = v.shape[3] (o is a stand-in
+        #   without output); vec_v = V % 4 == 0; NC = ceil(T / C) chunks.
+        #   Thread map: tid = cuda.threadIdx.x, cg = tid % BV4, rg = tid // BV4: the thread owns the 4x4 block of the
+        #   state tile S, rows 4 rg .. 4 rg + 3 and columns v0 + 4 cg .. v0 + 4 cg + 3, in registers for the whole
+        #   sequence: S = cuda.local.array(16, float32), S[4 i + j], loaded once from h0 (has_h0; only rows < K and
+        #   columns < V, 0 elsewhere), written once to ht at the end. A second 16-float array for the products.
+        #   Every thread reaches every barrier: guard the loads and stores of columns >= V, never return early.
+        # Gates (has_g): the given _chunk_gates(sm, O_F, O_GM, bcum, bh, t0, n, C, tid, NTH) writes gamma_C / gamma_t
+        #   (0 for padded rows) to sm[O_F + t] and gamma_t to sm[O_GM + t] for the chunk starting at t0. The staging
+        #   reads them, so: for the first chunk before the loop (if NC > 0), then cuda.syncthreads() -- protects: the
+        #   first chunk's staging reads them; for chunk c + 1 in step 5 of chunk c.
+        # Per chunk c: t0 = c * C, n = min(C, T - t0), b_last = bcum[bh, t0 + n - 1] (has_g; float32(0.0) otherwise).
+        # 1. Stage, then cuda.syncthreads()  -- protects: everything is staged before any product reads it.
+        #    - S itself, as the right factor of step 3 (only if NT1 > 0, i.e. there is such a product): row 4 rg + i
+        #      of the [KP, VS] tile at O_S, st4(sm, O_S + (4 rg + i) * VS + 4 cg, (S[4 i], S[4 i + 1], S[4 i + 2],
+        #      S[4 i + 3])). Threads past K or V hold zeros: the tile is zero-padded by construction.
+        #    - two row blocks [C, KP] at O_A and O_A + C * KS (stride KS), i.e. one [2C, KP] matrix:
+        #        additive: Q (out) | K;   delta: W | Q' (out),  or  W | K (state only).
+        #      Inputs q, k: _stage_input(sm, off, KS, x, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0) (or
+        #      _stage_input4 when vin); scratch w, qp: _stage_scratch(sm, off, KS, x, bh, t0, 0, KP, C, KP, tid, NTH,
+        #      True) (rows of KP floats: always 128-bit).
+        #    - the value tile [C, BV] at O_V (stride VS): delta: U, _stage_scratch(sm, O_V, VS, u, bh, t0, v0, V, C, BV,
+        #      tid, NTH, vec_v); additive: V with row t times gamma_C / gamma_t, _stage_input(sm, O_V, VS, v, b, h, t0,
+        #      n, V, v0, C, BV, tid, NTH, has_g, O_F) (or _stage_input4 when vin) -- that is already the update's
+        #      diag(gamma_C / gamma) V_new.
+        # 2. (Speed, optional: ask L2 for the next chunk's rows now, _prefetch_rows4 for inputs, _prefetch_rows3 for
+        #    scratch, so that its staging hits L2 instead of HBM. A hint only: the results do not change.)
+        # 3. X = [rows] S: P1_ROWS = C (delta + out) rows times the [KP, BV] state, NT1 4x4 tiles. For tile in
+        #    range(tid, NT1, NTH): rr = tile // BV4, cc = tile % BV4; rows rr + R4 i, strided by R4 = P1_ROWS / 4 (for
+        #    the delta rule with output every thread then gets 2 rows of W and 2 of Q': the branch below is balanced;
+        #    the threads of a warp share 1-2 rows of the left factor, a broadcast); acc = 0;
+        #      _mm_nn(sm, acc, O_A, KS, O_S, VS, rr, R4, cc * 4, KP)
+        #    Then for i < 4, row = rr + R4 i:
+        #    - delta and row < C (a row of W S):  V_new = (U - W S) * f, f = sm[O_F + row] if has_g else 1, written
+        #      over U at p = O_V + row * VS + cc * 4: y = ld4(sm, p); st4(sm, p, ((y[0] - acc[4 i]) * f, ...)). Only
+        #      this thread touches these 4 entries: no race, no barrier needed before it.
+        #    - else, with out, an output row: t = row - C (delta) or row (additive); if t < n, for the columns
+        #      col = v0 + cc * 4 + j < V:  o[b, t0 + t, h, col] = scale * (acc[4 i + j] * gm + u2[bh, t0 + t, col]),
+        #      gm = sm[O_GM + t] (gamma_t) for the additive recurrence with g, 1 otherwise (the delta rule's Q' holds
+        #      it already). That is O = scale (Q' S + U''), or scale (diag(gamma) Q S + U''): the fused output.
+        #      (With vec_v and col < V all 4 columns exist: one ld4(u2, (bh, t0 + t, col)) reads them.)
+        # 4. delta and out: cuda.syncthreads()  -- protects: W and Q' are consumed before K is staged over W:
+        #    _stage_input(sm, O_A, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0). (So the K rows sit at
+        #    O_A + K_OFF: K_OFF = 0 here, C * KS otherwise.)
+        #    cuda.syncthreads()  -- protects: V_new (and K) are complete before the update reads them.
+        # 5. The update S <- gamma_C S + K^T diag(gamma_C / gamma) V_new, in registers. First (has_g, c + 1 < NC)
+        #    the next chunk's gates: _chunk_gates(..., t0 + C, min(C, T - t0 - C), ...) -- nothing reads O_F and
+        #    O_GM any more in this chunk. Then S[e] *= exp(b_last) (has_g), and for t in range(n):
+        #      x = ld4(sm, O_A + K_OFF + t * KS + 4 rg)   (k_t at this thread's 4 rows)
+        #      y = ld4(sm, O_V + t * VS + 4 cg)           (V_new row t at its 4 columns, already scaled)
+        #      S[4 i + j] += x[i] * y[j]                   a rank-1 update of the 4x4 block: 16 FMAs per 2 loads
+        #    cuda.syncthreads()  -- protects: the next chunk's staging overwrites K, V_new and the S tile only after
+        #    every thread is done reading them.
+        # Finally, if has_ht: ht[b, h, 4 rg + i, v0 + 4 cg + j] = S[4 i + j] for rows < K, columns < V. h0 and ht may
+        #   be the same array: each thread reads its own entries of h0 before the loop and writes the same ones after.
+        # Memory traffic (budget in the module docstring): per chunk and block, the two row blocks, the value tile and
+        #   u2 read once; o written once; the state read once and written once per sequence. 3 barriers per chunk
+        #   (4 for the delta rule with output). Nothing about a chunk's state ever goes to global memory.
+        pass
+
+    if config.ENABLE_CUDASIM:  # the simulator's cuda.jit takes no launch_bounds
+        return cuda.jit(state)
+    # 512 / NTH resident blocks: at most 128 registers a thread (one block of 512 threads at BV = 64, two of 256
+    # at BV = 32); without the bound ptxas takes 130-170 and a 512-thread launch would fail.
+    return cuda.jit(state, launch_bounds=(NTH, max(1, STATE_REGS_BLOCKS // NTH)))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# launching (given)
+# ----------------------------------------------------------------------------------------------------------
+def padded_k(K: int) -> int:
+    """K rounded up to a power of two >= 16 (the tiles' row count)."""
+    kp = 16
+    while kp < K:
+        kp *= 2
+    return kp
+
+
+def value_tile(C: int, KP: int, V: int, bv=None) -> int:
+    """BV: the state kernel's value-tile width (a multiple of 4), from ``BV_TABLE`` unless given."""
+    if bv is None:
+        bv = BV_TABLE.get((C, KP), BV_DEFAULT)
+    bv = int(bv)
+    if bv < 4 or bv % 4:
+        raise ValueError(f"rung {NAME!r}: the value tile must be a positive multiple of 4, got {bv}")
+    return min(bv, 4 * cdiv(max(V, 1), 4))
+
+
+_allowed = set()
+
+
+def _launch(kernel, grid, block, smem, stream, args):
+    """``kernel[grid, block, stream, smem](*args)``, first raising the kernel's dynamic shared-memory limit
+    (48 KB unless the kernel opts in) when ``smem`` needs it."""
+    if smem > SMEM_STATIC_LIMIT and not config.ENABLE_CUDASIM:
+        from numba.cuda.cudadrv import driver as drv
+
+        compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+        key = (id(compiled), smem)
+        if key not in _allowed:
+            compiled.bind()
+            cufunc = compiled._codelibrary.get_cufunc()
+            attr = drv.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            drv.driver.cuKernelSetAttribute(attr, smem, cufunc.handle, cufunc.device.id)
+            _allowed.add(key)
+    kernel[grid, block, stream, smem](*args)
+
+
+def _rows_aligned(*arrays) -> bool:
+    """Whether 128-bit loads may read these [B, T, H, n] inputs: float32, n contiguous and a multiple of 4,
+    every row starting on a 16-byte boundary."""
+    for a in arrays:
+        if a.dtype != np.float32 or a.shape[3] % 4 or a.strides[3] != 4:
+            return False
+        if any(a.strides[i] % 16 for i in range(3)):
+            return False
+        if not config.ENABLE_CUDASIM and a.__cuda_array_interface__["data"][0] % 16:
+            return False
+    return True
+
+
+_scratch_cache = {}
+
+
+def _scratch(name, shape, stream):
+    """A float32 device buffer kept between calls (one per name: the latest shape), so that repeated calls do
+    not pay for (and synchronise on) allocation. Calls on different streams must not overlap."""
+    hit = _scratch_cache.get(name)
+    if hit is None or hit.shape != tuple(shape):
+        _scratch_cache.pop(name, None)
+        hit = cuda.device_array(tuple(shape), np.float32, stream=stream)
+        _scratch_cache[name] = hit
+    return hit
+
+
+def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
+    """Launch the intra kernel, then the state kernel (the rung contract: :mod:`linattn_numba.rungs`).
+
+    Extension: ``o=None`` means "state only": ``ht`` must be given; the scores Aqk, Q' and U'' and every
+    output product are skipped. ``chunk_size=None`` uses ``DEFAULT_CHUNK``. ``bv`` overrides the value-tile
+    width of ``BV_TABLE`` (tests, tuning). ``h0`` and ``ht`` may be the same array.
+    """
+    for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv):
+        launch()
+
+
+def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
+    """``[(kernel name, launch)]``: what :func:`forward` runs, in order, as separate callables (so that
+    ``tools/tune_r3.py`` can time each kernel). Validates the arguments and allocates the scratch."""
+    B, T, H, K = q.shape
+    V = v.shape[3]
+    if chunk_size is None:
+        chunk_size = DEFAULT_CHUNK
+    if chunk_size not in CHUNK_SIZES:
+        raise ValueError(f"rung {NAME!r}: chunk_size must be one of {CHUNK_SIZES}, got {chunk_size!r}")
+    if K > MAX_K:
+        raise ValueError(f"rung {NAME!r} supports K <= {MAX_K}, got K={K}")
+    if o is None and ht is None:
+        raise ValueError(f"rung {NAME!r}: with o=None (state only) ht must be given")
+    C = int(chunk_size)
+    KP = padded_k(K)
+    BV = value_tile(C, KP, V, bv)
+    has_g, delta, out = g is not None, beta is not None, o is not None
+    BH = B * H
+    if BH == 0 or V == 0:
+        return []
+    NC = cdiv(T, C)
+    TP = NC * C
+    f4 = np.dtype(np.float32).itemsize
+    vin = T > 0 and _rows_aligned(q, k, v)  # 128-bit loads of the inputs
+    bcum = _scratch("bcum", (BH, TP), stream) if has_g and T > 0 else or_dummy(None, 2)
+    w = _scratch("w", (BH, TP, KP), stream) if delta and T > 0 else or_dummy(None, 3)
+    u = _scratch("u", (BH, TP, V), stream) if delta and T > 0 else or_dummy(None, 3)
+    qp = _scratch("qp", (BH, TP, KP), stream) if delta and out and T > 0 else or_dummy(None, 3)
+    u2 = _scratch("u2", (BH, TP, V), stream) if out and T > 0 else or_dummy(None, 3)
+    todo = []
+    if T > 0 and (has_g or delta or out):
+        smem_a = _intra_layout(C, KP)[-1] * f4
+        args_a = (q, k, v, or_dummy(g, 3), or_dummy(beta, 3), bcum, w, u, qp, u2)
+        kern_a = _intra_kernel(C, KP, has_g, delta, out, vin)
+        todo.append(("intra", lambda: _launch(kern_a, (NC, BH), (C // 4) ** 2, smem_a, stream, args_a)))
+    if T > 0 or ht is not None:
+        smem_b = _state_layout(C, KP, BV)[-1] * f4
+        kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin)
+        args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale))
+        todo.append(("state", lambda: _launch(kern_b, (cdiv(V, BV), BH), (KP // 4) * (BV // 4), smem_b, stream,
+                                              args_b)))
+    return todo
+
+
+def compile_targets():
+    """``(label, py_func, argtypes)`` for every kernel variant at the default configuration (C = 64, K <= 128,
+    BV from the table): 4 recurrences x float32 / float16 inputs x output or state only, the state kernel also
+    x h0 x ht (ht required without the output), and float32 inputs also with 128-bit input loads (vin).
+    Inputs have layout "A"; scratch and stand-ins are C-contiguous float32."""
+    f32 = types.float32
+    C, KP = DEFAULT_CHUNK, MAX_K
+    BV = BV_TABLE.get((C, KP), BV_DEFAULT)
+    s2, s3, s4 = (array_type(np.float32, n, "C") for n in (2, 3, 4))
+    a3, a4 = array_type(np.float32, 3), array_type(np.float32, 4)
+    for dtype in INPUT_DTYPES:
+        x4 = array_type(dtype, 4)
+        for vin in (False, True) if dtype == np.float32 else (False,):
+            for rec, (has_g, delta) in zip(RECURRENCES, FLAG_COMBOS):
+                tag = f"{rec},{np.dtype(dtype).name}" + (",vin" if vin else "")
+                g_t = a3 if has_g else s3
+                beta_t = a3 if delta else s3
+                for out in (True, False):
+                    if has_g or delta or out:
+                        yield (f"intra[{tag},o={int(out)}]", _intra_kernel(C, KP, has_g, delta, out, vin).py_func,
+                               (x4, x4, x4, g_t, beta_t, s2, s3, s3, s3, s3))
+                    for has_h0 in (False, True):
+                        for has_ht in (False, True):
+                            if not out and not has_ht:
+                                continue  # state only needs ht
+                            h0_t = a4 if has_h0 else s4
+                            ht_t = a4 if has_ht else s4
+                            o_t = a4 if out else s4
+                            yield (
+                                f"state[{tag},o={int(out)},h0={int(has_h0)},ht={int(has_ht)}]",
+                                _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin).py_func,
+                                (x4, x4, x4, s2, s3, s3, s3, s3, h0_t, ht_t, o_t, f32),
+                            )

@@ -1,0 +1,985 @@
+"""Rung r3, ``shared``: the chunkwise algorithm of r2 (:func:`linattn_numba.reference.chunked`) in two fused
+kernels that keep every operand of their matrix products in shared memory and every thread's results in
+registers.
+
+What changed from r2, and why
+-----------------------------
+r2 runs one formula per kernel and passes every intermediate through global memory: 5 kernels, a 512 MiB
+buffer ``h`` of per-chunk states, and inner loops that read each operand element from L1/L2 for each FMA. Here:
+
+1. **Two kernels.** ``intra`` does everything that does not depend on the carried state, for all chunks at once
+   (gates, scores, the WY solve, and the output's intra-chunk parts); ``state`` walks the chunks of one head
+   in order with the state in registers and writes the output as it goes (*fused output*). The state buffer
+   ``h`` is gone: a chunk's starting state only ever exists in registers and, for one product, in shared memory.
+2. **The output folded into the state pass.** With Q' = diag(gamma) Q - Aqk W and U'' = Aqk U (delta rule) or
+   Aqk V (additive), both state-free and computed by ``intra``::
+
+       O = scale (diag(gamma) Q S + Aqk (U - W S)) = scale (Q' S + U'')
+
+   so the state pass needs one product [W; Q'] S (2C x K by K x BV) per chunk for both V_new = U - W S and the
+   output, plus the update S <- gamma_C S + K^T diag(gamma_C / gamma) V_new (additive: [Q] S and the update).
+3. **Register blocking with 128-bit shared loads.** Every product is computed in 4x4 micro-tiles per thread
+   (16 accumulators); per 4 steps of the inner dimension a thread loads 4 + 4 float4 (``ld4``, one
+   ``ld.shared.v4.f32`` each: Numba alone emits 32-bit loads) and does 64 FMAs. Tiles are laid out so a warp
+   reads few distinct rows of the left factor (broadcast) and consecutive float4 of the right one, with rows
+   padded by 4 floats (16-byte alignment kept, bank conflicts avoided).
+4. **Staging that keeps loads in flight.** Global -> shared copies load 8 values (or 8 float4: 128-bit loads
+   of float32 inputs whose rows are 16-byte aligned, checked per call, and of the scratch) per thread before
+   storing any, and the state pass asks L2 for the next chunk's rows (``prefetch.L2``) before computing on this
+   one: one-at-a-time staging left both kernels waiting on memory latency (the first version of this rung
+   spent most of its time there; see tools/tune_r3.py's JSON for the history of a tuning run).
+5. **(I + Lkk)^-1 in blocks.** r2 solved for W and U column by column (C sequential rows each). Here A is
+   formed explicitly: the 16 x 16 diagonal blocks are inverted in parallel (one thread per column), then each
+   16-row block row from those above, A_IJ = -A_II sum_{J <= M < I} L_IM A_MJ (two small products and two
+   barriers per block row, 7 barriers at C = 64, instead of 2 per row); W, U, Q', U'' are then ordinary
+   register-blocked products that stop at the diagonal of the lower-triangular left factor.
+
+Pipeline (``forward`` launches them in this order)::
+
+    intra   per chunk, parallel: b (cumulative log-gates), Aqk = tril(Q K^T ⊙ Gamma),
+            delta: Lkk, A = (I + Lkk)^-1, W = A diag(beta gamma) K, U = A diag(beta) V, Q' = diag(gamma) Q - Aqk W;
+            U'' = Aqk U (delta) or Aqk V (additive)            -> bcum [BH, T'], w, qp [BH, T', K'], u, u2 [BH, T', V]
+    state   per head and value tile, sequential over chunks: X = [W; Q'] S (or Q S), V_new = U - W S (or V),
+            o = scale (Q' S + U'') (or scale (diag(gamma) Q S + U'')), S <- gamma_C S + K^T diag(gamma_C/gamma) V_new
+
+(T' = T rounded up to whole chunks, K' = K rounded up to a power of two >= 16: rows and columns past T and K are
+zero in shared memory, so no product needs a bounds test.) ``intra`` is skipped for the plain recurrence without
+output; without g nothing is exponentiated. ``o=None`` (state only, used by r4) drops Aqk, Q', U'' and every
+output product: ``intra`` then computes only b (and for the delta rule A, W, U), ``state`` only V_new and S.
+
+Thread maps (grid (x, y); y = b H + h; NT = number of chunks; sizes at C = 64, K' = 128, BV = 64)
+---------------------------------------------------------------------------------------------------
+
+=========  ===============  ================  =====================================================================
+kernel     grid             block             one thread ...
+=========  ===============  ================  =====================================================================
+intra      (NT, B H)        (C/4)^2 = 256     scores: a 4x4 tile of Aqk and Lkk, rows tr + 16 i, columns
+                                              tc + 16 j (strided: a warp's 16 column rows fall in distinct banks);
+                                              inverse: one column of a 16 x 16 diagonal block (64 threads), then
+                                              entries of a block row; products [C, 64] (64 columns of W, U, Q',
+                                              U'' per pass): a 4x4 tile, rows 4 rr .. 4 rr + 3 (contiguous, so the
+                                              triangular left factor is read only up to column 4 rr + 3)
+state      (V / BV, B H)    (K'/4)(BV/4)      the 4 x 4 block (rows 4 rg.., columns 4 cg..) of S, in registers for
+                            = 512             the whole sequence; in X = [W; Q'] S a 4x4 tile, rows rr + 32 i
+=========  ===============  ================  =====================================================================
+
+Synchronisation: ``intra`` has a barrier after the staging, the gates and the scores, 2 + 2 per block row in
+the inverse and 2 per 64-column pass; ``state`` has 3 barriers per chunk (4 for the delta rule with output: K
+replaces W and Q' in shared memory between the product and the update). Each barrier's comment says what it
+protects.
+
+Shared memory and registers (ptxas for sm_90, float32 inputs, C = 64, K' = 128)
+-------------------------------------------------------------------------------
+
+=========  =======================================================  ==========  ==============================
+kernel     shared memory (dynamic; opted in above 48 KB)            KB / block  registers / thread
+=========  =======================================================  ==========  ==============================
+intra      K, Q rows [64, 132]; Aqk, Lkk -> A [64, 68]; inverse     107.75      72-96 (28: gates only, decay
+           scratch; gates. 2 blocks per SM: launch bounds (256, 2)              without output)
+state      row blocks [2 x 64, 132]; S [128, 68]; V_new [64, 68];   117.5       96-128 (the gated delta rule
+           gates. 1 block of 512 threads per SM: launch bounds                  with h0 and ht: 128 and 108
+           (512, 1), so <= 128 registers                                        bytes of spill)
+=========  =======================================================  ==========  ==============================
+
+No kernel uses local memory in its PTX (the compile tier checks it).
+
+Bytes and FLOPs at B=4, T=8192, H=16, K=V=128, C=64, float32 inputs (N = 524,288 token-heads; MiB moved to or
+from global memory once; FLOPs as executed, 2 per FMA, per token-head)
+--------------------------------------------------------------------------------------------------------
+
+=========  ==========================================================  ==========================================
+kernel     global memory                                               FLOPs per token-head
+=========  ==========================================================  ==========================================
+intra      read q, k, v 768 MiB; write u2 256 MiB (additive, output);  additive: Q K^T 2 C K (whole C x C square)
+           delta: also w, u, qp 768 MiB                                = 16 k, Aqk V ~ C V = 8.7 k;
+                                                                       delta: + K K^T 16 k, W, U, Q', U'' ~35 k
+state      read k, (q or w, qp), (v or u), u2: 1 GiB (1.25 GiB delta)  additive: [Q] S 2 K V = 33 k, update 33 k;
+           once per value tile (2 tiles, the second read mostly from   delta: [W; Q'] S 66 k, update 33 k
+           L2); write o 256 MiB
+=========  ==========================================================  ==========================================
+
+Summed: ~2.3 GiB and ~91 kFLOP per token-head (48 GFLOP) for the additive recurrences, ~3.3 GiB and ~167 kFLOP
+(88 GFLOP) for the delta rule; the definition's count (``bench.counted_flops``) is 66-115 kFLOP. At the fp32
+FMA peak (~67 TFLOP/s) that is 0.7 / 1.3 ms, at 4 TB/s 0.6 / 0.9 ms.
+
+How the tiles were chosen
+-------------------------
+``tools/tune_r3.py`` times every (C, BV) candidate per recurrence at the standard shape on the H200, each kernel
+alone too, after an oracle check on two heads; its JSON is the record. C = 64 beat C = 32 for every recurrence
+(half the sequential steps of the state pass; the intra kernel's larger inverse costs less than that), and
+BV = 64 (512 threads, one block per SM, 128 blocks) beat 32 (256 threads, 2 per SM) and 16: a wider value
+tile halves the number of blocks that stage the same K, Q / W, Q' rows (a clear win for the delta rule, a tie
+for the additive recurrences). C = 128 is not offered: the intra
+kernel's shared memory would exceed an SM's 227 KB.
+
+What limits each kernel (from the per-kernel times of the tuning run): the state pass stages 96-128 KB per chunk
+into shared memory behind a barrier, with one block per SM nothing overlaps that wait, and it runs at a
+fraction of the FMA peak; the delta rule's intra kernel adds the inverse's short, barrier-separated steps and
+four more products. Overlapping the staging of chunk c + 1 with the arithmetic of chunk c (double-buffered
+shared memory filled by ``cp.async``) is the next step, and so is a narrower inverse (fewer, wider threads).
+
+Numerics: every product accumulates in float32; float16 inputs are converted on load; every exponent is a
+difference of in-chunk cumulative log-gates b_t - b_s <= 0 (gamma_t = exp(b_t), gamma_C / gamma_t =
+exp(b_C - b_t), Gamma_ts = exp(b_t - b_s) masked to s <= t before the exponential), so nothing overflows for any
+decay; the inverse of the unit lower-triangular I + Lkk is exact forward substitution (no pivoting needed).
+The summation order is fixed (no atomics): results are bitwise reproducible from run to run.
+
+Scratch (kept between calls, one buffer per name, reallocated when the shape changes): bcum [B H, T'] (with g),
+u2 [B H, T', V] (with output), and for the delta rule w, qp [B H, T', K'], u [B H, T', V]: 1 GiB for the gated
+delta rule at the standard shape, 256 MiB for the additive recurrences (r2: 1.25 GiB and 642 MiB).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import config, cuda, float32, types
+
+from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
+from ..reference import RECURRENCES
+
+NAME = "shared"
+MAX_K = 128  # the intra kernel stages K and Q rows of a chunk whole: C x (K + 4) floats each
+MAX_V = None  # V is tiled by both kernels
+
+CHUNK_SIZES = (16, 32, 64)
+DEFAULT_CHUNK = 64  # used when chunk_size is None (the decode path)
+WIDE_TILE = 64  # intra kernel: columns of [W | U] (and Q', U'') per register-blocked pass
+SMEM_STATIC_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
+STATE_REGS_BLOCKS = 512  # launch bounds: threads per SM the register allocation must allow (<= 128 regs each)
+BATCH = 8  # global loads a staging loop keeps in flight per thread (32-bit loads)
+QBATCH = 8  # the same for 128-bit loads (32 registers)
+QBUF = 4 * QBATCH  # floats those hold (array shapes must be plain constants)
+INTRA_MIN_BLOCKS = 2  # launch bounds: intra blocks per SM (2 x 256 threads, 2 x 108 KB shared at C = 64)
+
+# Tile table: value-tile width BV of the state kernel, per (chunk size, padded K), from tools/tune_r3.py on the
+# H200 at B4 T8192 H16 K=V=128 (candidates C in {32, 64} x BV in {16, 32, 64}; see the module docstring).
+# V narrower than BV uses the smallest multiple of 4 >= V.
+BV_TABLE = {
+    (32, 128): 64,
+    (64, 128): 64,
+}
+BV_DEFAULT = 64
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 128-bit loads and stores
+# ----------------------------------------------------------------------------------------------------------
+def _ld4_py(a, i):
+    """``(a[i], a[i+1], a[i+2], a[i+3])`` along the last axis (``i`` an index or a tuple of indices)."""
+    if isinstance(i, tuple):
+        *head, last = i
+        return tuple(a[(*head, last + e)] for e in range(4))
+    return a[i], a[i + 1], a[i + 2], a[i + 3]
+
+
+def _st4_py(a, i, x):
+    """``a[i : i + 4] = x`` along the last axis (``i`` an index or a tuple of indices)."""
+    for e in range(4):
+        if isinstance(i, tuple):
+            *head, last = i
+            a[(*head, last + e)] = x[e]
+        else:
+            a[i + e] = x[e]
+
+
+def _prefetch_py(a, i):
+    """No-op outside the GPU (a cache hint has no meaning in the simulator)."""
+
+
+if config.ENABLE_CUDASIM:
+    ld4, st4, prefetch_l2 = _ld4_py, _st4_py, _prefetch_py
+else:
+    from llvmlite import ir
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    def _vec_ptr(context, builder, aryty, ary_val, idx_ty, idx_val):
+        ary = context.make_array(aryty)(context, builder, ary_val)
+        if isinstance(idx_ty, types.BaseTuple):
+            idx = cgutils.unpack_tuple(builder, idx_val, len(idx_ty))
+            idx = [context.cast(builder, v, t, types.intp) for v, t in zip(idx, idx_ty)]
+        else:
+            idx = [context.cast(builder, idx_val, idx_ty, types.intp)]
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, idx, wraparound=False)
+        return builder.bitcast(ptr, ir.PointerType(ir.VectorType(ir.FloatType(), 4)))
+
+    @intrinsic
+    def ld4(typingctx, arr, idx):
+        """``(a[i], a[i+1], a[i+2], a[i+3])`` along the last axis as ONE 128-bit load (``ld.shared.v4.f32`` or
+        ``ld.global.v4.f32``).
+
+        Numba emits four 32-bit loads for four consecutive elements (LLVM cannot prove the 16-byte alignment a
+        vector load needs), and a 32-bit load uses a quarter of what one shared-memory (or L1) transaction
+        can carry: the register-blocked loops below read 4 consecutive floats per operand and step, so this
+        quarters their load instructions. The element must be 16-byte aligned: every shared offset and row
+        stride below is a multiple of 4 floats (the dynamic shared array starts aligned), and the float32
+        scratch rows are multiples of 4 floats long.
+        """
+        sig = types.UniTuple(types.float32, 4)(arr, idx)
+
+        def codegen(context, builder, sig, args):
+            vptr = _vec_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            vec = builder.load(vptr, align=16)
+            elems = [builder.extract_element(vec, ir.Constant(ir.IntType(32), e)) for e in range(4)]
+            return context.make_tuple(builder, sig.return_type, elems)
+
+        return sig, codegen
+
+    @intrinsic
+    def st4(typingctx, arr, idx, x):
+        """``a[i : i + 4] = x`` (a 4-tuple of float32) along the last axis as ONE 128-bit store."""
+        sig = types.none(arr, idx, x)
+
+        def codegen(context, builder, sig, args):
+            vptr = _vec_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            vals = cgutils.unpack_tuple(builder, args[2], 4)
+            vals = [context.cast(builder, v, t, types.float32) for v, t in zip(vals, sig.args[2])]
+            vec = ir.Constant(ir.VectorType(ir.FloatType(), 4), ir.Undefined)
+            for e in range(4):
+                vec = builder.insert_element(vec, vals[e], ir.Constant(ir.IntType(32), e))
+            builder.store(vec, vptr, align=16)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def prefetch_l2(typingctx, arr, idx):
+        """``prefetch.L2`` of the cache line holding ``a[idx]``: a hint that starts the line's trip from HBM
+        to L2 now, without waiting and without a register (the state kernel asks for the next chunk's rows
+        while it computes on this one, so that their staging loads hit L2)."""
+        sig = types.none(arr, idx)
+
+        def codegen(context, builder, sig, args):
+            aryty, idx_ty = sig.args
+            ary = context.make_array(aryty)(context, builder, args[0])
+            idx = cgutils.unpack_tuple(builder, args[1], len(idx_ty))
+            idx = [context.cast(builder, v, t, types.intp) for v, t in zip(idx, idx_ty)]
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, idx, wraparound=False)
+            addr = builder.ptrtoint(ptr, ir.IntType(64))
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ir.IntType(64)]), "prefetch.L2 [$0];", "l",
+                               side_effect=True)
+            builder.call(asm, [addr])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+
+@cuda.jit(device=True, inline="always")
+def _mm_nn(sm, acc, oa, sa, ob, sb, rr, rstep, c0, kdim):
+    """acc[4 i + j] += sum_m A[rr + rstep i, m] B[m, c0 + j] for a 4x4 micro-tile (i, j < 4), m < kdim.
+
+    A is row-major at ``sm[oa + row * sa + m]``, B at ``sm[ob + m * sb + col]``. Per 4 steps of m: 4 loads of 4
+    consecutive m for the 4 rows of A, 4 loads of 4 consecutive columns of B, 64 FMAs.
+    """
+    a = cuda.local.array(16, float32)
+    bb = cuda.local.array(16, float32)
+    for m in range(0, kdim, 4):
+        for i in range(4):
+            x = ld4(sm, oa + (rr + rstep * i) * sa + m)
+            for e in range(4):
+                a[4 * i + e] = x[e]
+        for e in range(4):
+            y = ld4(sm, ob + (m + e) * sb + c0)
+            for j in range(4):
+                bb[4 * e + j] = y[j]
+        for i in range(4):
+            for e in range(4):
+                for j in range(4):
+                    acc[4 * i + j] += a[4 * i + e] * bb[4 * e + j]
+
+
+@cuda.jit(device=True, inline="always")
+def _stage_input(sm, off, stride, x, b, h, t0, n, lim, col0, rows, cols, tid, nth, scaled, soff):
+    """sm[off + t stride + d] = x[b, t0 + t, h, col0 + d] (as float32; times sm[soff + t] when ``scaled``) for
+    t < rows, d < cols; 0 where t >= n or col0 + d >= lim (the zero padding every product below relies on).
+
+    Consecutive threads take consecutive d (coalesced), and each thread issues its loads BATCH at a time before
+    storing them: a load's latency (hundreds of cycles from L2 or HBM) is paid once per batch, not per element.
+    """
+    buf = cuda.local.array(BATCH, float32)
+    total = rows * cols
+    for e0 in range(tid, total, BATCH * nth):
+        for r in range(BATCH):
+            e = e0 + r * nth
+            t = e // cols
+            d = e % cols
+            val = float32(0.0)
+            if e < total and t < n and col0 + d < lim:
+                val = float32(x[b, t0 + t, h, col0 + d])
+            buf[r] = val
+        for r in range(BATCH):
+            e = e0 + r * nth
+            if e < total:
+                t = e // cols
+                val = buf[r]
+                if scaled:
+                    val *= sm[soff + t]
+                sm[off + t * stride + e % cols] = val
+
+
+@cuda.jit(device=True, inline="always")
+def _stage_input4(sm, off, stride, x, b, h, t0, n, lim, col0, rows, cols, tid, nth, scaled, soff):
+    """:func:`_stage_input` for float32 inputs whose rows are 16-byte aligned and lim, col0, cols multiples of 4
+    (``forward`` checks): one 128-bit load per 4 elements, QBATCH of them in flight per thread."""
+    buf = cuda.local.array(QBUF, float32)
+    quads = rows * cols // 4
+    for e0 in range(tid, quads, QBATCH * nth):
+        for r in range(QBATCH):
+            e = e0 + r * nth
+            t = (4 * e) // cols
+            d = (4 * e) % cols
+            y = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+            if e < quads and t < n and col0 + d < lim:
+                y = ld4(x, (b, t0 + t, h, col0 + d))
+            for f in range(4):
+                buf[4 * r + f] = y[f]
+        for r in range(QBATCH):
+            e = e0 + r * nth
+            if e < quads:
+                t = (4 * e) // cols
+                sc = sm[soff + t] if scaled else float32(1.0)
+                st4(sm, off + t * stride + (4 * e) % cols,
+                    (buf[4 * r] * sc, buf[4 * r + 1] * sc, buf[4 * r + 2] * sc, buf[4 * r + 3] * sc))
+
+
+@cuda.jit(device=True, inline="always")
+def _prefetch_rows4(x, b, h, t0, n, c0, cols, tid, nth):
+    """L2 prefetch of rows x[b, t0 : t0 + n, h, c0 : c0 + cols], one request per 32 elements (128 bytes)."""
+    lines = (cols + 31) // 32
+    for e in range(tid, n * lines, nth):
+        prefetch_l2(x, (b, t0 + e // lines, h, c0 + 32 * (e % lines)))
+
+
+@cuda.jit(device=True, inline="always")
+def _prefetch_rows3(x, bh, t0, n, c0, cols, tid, nth):
+    """L2 prefetch of rows x[bh, t0 : t0 + n, c0 : c0 + cols] of a scratch array."""
+    lines = (cols + 31) // 32
+    for e in range(tid, n * lines, nth):
+        prefetch_l2(x, (bh, t0 + e // lines, c0 + 32 * (e % lines)))
+
+
+@cuda.jit(device=True, inline="always")
+def _stage_scratch(sm, off, stride, x, bh, t0, c0, lim, rows, cols, tid, nth, vec):
+    """sm[off + t stride + d] = x[bh, t0 + t, c0 + d] for t < rows, d < cols (0 where c0 + d >= lim) from a
+    C-contiguous float32 scratch array: with ``vec`` (lim, c0, cols multiples of 4) 128-bit loads, QBATCH in
+    flight per thread; else 32-bit loads, 4 QBATCH in flight."""
+    buf = cuda.local.array(QBUF, float32)
+    if vec:
+        quads = rows * cols // 4
+        for e0 in range(tid, quads, QBATCH * nth):
+            for r in range(QBATCH):
+                e = e0 + r * nth
+                d = (4 * e) % cols
+                y = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+                if e < quads and c0 + d < lim:
+                    y = ld4(x, (bh, t0 + (4 * e) // cols, c0 + d))
+                for f in range(4):
+                    buf[4 * r + f] = y[f]
+            for r in range(QBATCH):
+                e = e0 + r * nth
+                if e < quads:
+                    st4(sm, off + ((4 * e) // cols) * stride + (4 * e) % cols,
+                        (buf[4 * r], buf[4 * r + 1], buf[4 * r + 2], buf[4 * r + 3]))
+    else:
+        total = rows * cols
+        for e0 in range(tid, total, 4 * QBATCH * nth):
+            for r in range(4 * QBATCH):
+                e = e0 + r * nth
+                val = float32(0.0)
+                if e < total and c0 + e % cols < lim:
+                    val = x[bh, t0 + e // cols, c0 + e % cols]
+                buf[r] = val
+            for r in range(4 * QBATCH):
+                e = e0 + r * nth
+                if e < total:
+                    sm[off + (e // cols) * stride + e % cols] = buf[r]
+
+
+@cuda.jit(device=True, inline="always")
+def _store_tile(dst, bh, t, col, lim, acc, i, vec):
+    """dst[bh, t, col : col + 4] = acc[4 i : 4 i + 4] for the columns < lim; one 128-bit store when ``vec``."""
+    if vec:
+        st4(dst, (bh, t, col), (acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]))
+    else:
+        for j in range(4):
+            if col + j < lim:
+                dst[bh, t, col + j] = acc[4 * i + j]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# kernel A: everything inside one chunk (fully parallel over chunks and heads)
+# ----------------------------------------------------------------------------------------------------------
+def _intra_layout(C, KP):
+    """Offsets (in floats) of the intra kernel's shared arrays, and the total size."""
+    KS, CS, RS = KP + 4, C + 4, min(WIDE_TILE, KP) + 4
+    o_k = 0  # K rows [C, KS]; later (delta) diag(beta gamma) K; then the U tile [C, RS]
+    o_q = o_k + C * KS  # Q rows [C, KS]; after the scores: the staged right-hand tile [C, RS]
+    o_aqk = o_q + C * max(KS, RS)  # Aqk [C, CS]
+    o_la = o_aqk + C * CS  # Lkk, then A = (I + Lkk)^-1 in place [C, CS]
+    o_t = o_la + C * CS  # blocked inversion: diagonal-block columns [16, C], then the T_IJ of a block row
+    o_b = o_t + max(C // 16 - 1, 1) * 256 + 16 * C  # in-chunk cumulative log-gates b_t
+    o_beta = o_b + C
+    o_g = o_beta + C
+    return o_k, o_q, o_aqk, o_la, o_t, o_b, o_beta, o_g, o_g + C
+
+
+@functools.lru_cache(maxsize=None)
+def _intra_kernel(C, KP, has_g, delta, out, vin):
+    C4 = C // 4
+    NTH = C4 * C4  # one 4x4 tile of the [C, C] score matrices per thread
+    CB = min(WIDE_TILE, KP)
+    CB4 = CB // 4
+    NTILE = C4 * CB4  # 4x4 tiles of a [C, CB] product
+    NB = C // 16  # 16 x 16 blocks of the inversion
+    KS, CS, RS = KP + 4, C + 4, CB + 4
+    O_K, O_Q, O_AQK, O_LA, O_T, O_B, O_BETA, O_G, _ = _intra_layout(C, KP)
+
+    def intra(q, k, v, g, beta, bcum, w, u, qp, u2):
+        """One chunk c (x) of one head bh (y): gates, scores, and (delta rule) the WY solve.
+
+        bcum[bh, t]     in-chunk cumulative log-gate b_t (padded rows: b of the last token)
+        w[bh, t, :KP]   W = A diag(beta gamma) K                       (delta)
+        u[bh, t, :V]    U = A diag(beta) V                             (delta)
+        qp[bh, t, :KP]  Q' = diag(gamma) Q - Aqk W                     (delta, output)
+        u2[bh, t, :V]   U'' = Aqk U (delta) or Aqk V (additive)        (output)
+        with A = (I + Lkk)^-1, Lkk = tril(diag(beta)(K K^T ⊙ Gamma), -1), Aqk = tril(Q K^T ⊙ Gamma).
+        Rows t of a chunk past the sequence's end are zero-padded: they produce zeros.
+        """
+        T, H, K = q.shape[1], q.shape[2], q.shape[3]
+        V = v.shape[3]
+        vec_v = V % 4 == 0  # rows of u, u2 are 16-byte aligned: 128-bit stores
+        sm = cuda.shared.array(0, float32)
+        c = cuda.blockIdx.x
+        bh = cuda.blockIdx.y
+        b = bh // H
+        h = bh % H
+        tid = cuda.threadIdx.x
+        t0 = c * C
+        n = min(C, T - t0)
+
+        # -- stage the chunk: gates, beta, K and Q rows (zero-padded to C x KP) --
+        for t in range(tid, C, NTH):
+            if has_g:
+                sm[O_G + t] = float32(g[b, t0 + t, h]) if t < n else float32(0.0)
+            if delta:
+                sm[O_BETA + t] = float32(beta[b, t0 + t, h]) if t < n else float32(0.0)
+        if vin:
+            if delta or out:
+                _stage_input4(sm, O_K, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
+            if out:
+                _stage_input4(sm, O_Q, KS, q, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
+        else:
+            if delta or out:
+                _stage_input(sm, O_K, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
+            if out:
+                _stage_input(sm, O_Q, KS, q, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
+        cuda.syncthreads()  # staged rows are read by every thread
+        if has_g:
+            for t in range(tid, C, NTH):
+                acc = float32(0.0)
+                for s in range(min(t, n - 1) + 1):
+                    acc += sm[O_G + s]
+                sm[O_B + t] = acc
+                bcum[bh, t0 + t] = acc
+            cuda.syncthreads()  # b_s of other rows is read by the scores
+        if not (delta or out):
+            return
+
+        # -- scores: one 4x4 tile (rows tr + C/4 i, columns tc + C/4 j) of Aqk and Lkk per thread --
+        tr = tid // C4
+        tc = tid % C4
+        acc_qk = cuda.local.array(16, float32)
+        acc_kk = cuda.local.array(16, float32)
+        kc = cuda.local.array(16, float32)
+        kr = cuda.local.array(16, float32)
+        qr = cuda.local.array(16, float32)
+        for e in range(16):
+            acc_qk[e] = float32(0.0)
+            acc_kk[e] = float32(0.0)
+        for d in range(0, KP, 4):
+            for j in range(4):
+                x = ld4(sm, O_K + (tc + C4 * j) * KS + d)
+                for f in range(4):
+                    kc[4 * j + f] = x[f]
+            for i in range(4):
+                if delta:
+                    x = ld4(sm, O_K + (tr + C4 * i) * KS + d)
+                    for f in range(4):
+                        kr[4 * i + f] = x[f]
+                if out:
+                    y = ld4(sm, O_Q + (tr + C4 * i) * KS + d)
+                    for f in range(4):
+                        qr[4 * i + f] = y[f]
+            for i in range(4):
+                for j in range(4):
+                    for f in range(4):
+                        if out:
+                            acc_qk[4 * i + j] += qr[4 * i + f] * kc[4 * j + f]
+                        if delta:
+                            acc_kk[4 * i + j] += kr[4 * i + f] * kc[4 * j + f]
+        for i in range(4):
+            t = tr + C4 * i
+            bt = sm[O_B + t] if has_g else float32(0.0)
+            for j in range(4):
+                s = tc + C4 * j
+                dec = float32(1.0)
+                if has_g and s <= t:
+                    dec = math.exp(bt - sm[O_B + s])  # b_t - b_s <= 0: never overflows
+                if out:
+                    sm[O_AQK + t * CS + s] = acc_qk[4 * i + j] * dec if s <= t else float32(0.0)
+                if delta:
+                    sm[O_LA + t * CS + s] = sm[O_BETA + t] * acc_kk[4 * i + j] * dec if s < t else float32(0.0)
+        cuda.syncthreads()  # scores complete; Q rows no longer needed (their space is reused)
+
+        acc = cuda.local.array(16, float32)
+        if delta:
+            # diag(beta gamma) K in place (only W reads it from now on)
+            for e in range(tid, C * KP, NTH):
+                t = e // KP
+                f = sm[O_BETA + t]
+                if has_g:
+                    f *= math.exp(sm[O_B + t])
+                sm[O_K + t * KS + e % KP] *= f
+            # A = (I + L)^-1, blocked: the 16 x 16 diagonal blocks first. Thread j of block d solves for column j
+            # of its inverse, x_i = [i == j] - sum_{m < i} L[i, m] x_m, the column kept in shared memory at
+            # O_T + i C + tid (a register array would need the 16 x 16 loop nest fully unrolled; ptxas does not,
+            # and a dynamically indexed register array goes to local memory) ...
+            dblk = tid // 16
+            jc = tid % 16
+            dbase = O_LA + (16 * dblk) * CS + 16 * dblk
+            if tid < C:
+                for i in range(16):
+                    a = float32(1.0) if i == jc else float32(0.0)
+                    for m in range(i):
+                        a -= sm[dbase + i * CS + m] * sm[O_T + m * C + tid]
+                    sm[O_T + i * C + tid] = a
+            cuda.syncthreads()  # every diagonal block of L has been read
+            if tid < C:
+                for i in range(jc, 16):
+                    sm[dbase + i * CS + jc] = sm[O_T + i * C + tid]
+            cuda.syncthreads()
+            # ... then block row I from the rows above: A_IJ = -A_II sum_{J <= M < I} L_IM A_MJ, J < I
+            for bi in range(1, NB):
+                for e in range(tid, bi * 256, NTH):
+                    bj = e // 256
+                    r = (e // 16) % 16
+                    cc = e % 16
+                    a = float32(0.0)
+                    for m in range(16 * bj, 16 * bi):
+                        a += sm[O_LA + (16 * bi + r) * CS + m] * sm[O_LA + m * CS + 16 * bj + cc]
+                    sm[O_T + e] = a
+                cuda.syncthreads()  # T complete; block row bi of L read
+                for e in range(tid, bi * 256, NTH):
+                    bj = e // 256
+                    r = (e // 16) % 16
+                    cc = e % 16
+                    a = float32(0.0)
+                    for m in range(r + 1):
+                        a += sm[O_LA + (16 * bi + r) * CS + 16 * bi + m] * sm[O_T + bj * 256 + m * 16 + cc]
+                    sm[O_LA + (16 * bi + r) * CS + 16 * bj + cc] = -a
+                cuda.syncthreads()  # block row bi of A complete
+
+            # W = A diag(beta gamma) K, CB columns at a time; with the output also Q' = diag(gamma) Q - Aqk W
+            for kb in range(0, KP, CB):
+                for tile in range(tid, NTILE, NTH):
+                    rr = tile // CB4
+                    cc = tile % CB4
+                    for e in range(16):
+                        acc[e] = float32(0.0)
+                    _mm_nn(sm, acc, O_LA, CS, O_K + kb, KS, 4 * rr, 1, cc * 4, 4 * rr + 4)
+                    for i in range(4):
+                        r = 4 * rr + i
+                        _store_tile(w, bh, t0 + r, kb + cc * 4, KP, acc, i, True)
+                        if out:
+                            st4(sm, O_Q + r * RS + cc * 4, (acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]))
+                if out:
+                    cuda.syncthreads()  # the W tile is complete in shared memory
+                    for tile in range(tid, NTILE, NTH):
+                        rr = tile // CB4
+                        cc = tile % CB4
+                        for e in range(16):
+                            acc[e] = float32(0.0)
+                        _mm_nn(sm, acc, O_AQK, CS, O_Q, RS, 4 * rr, 1, cc * 4, 4 * rr + 4)
+                        for i in range(4):
+                            r = 4 * rr + i
+                            for j in range(4):
+                                col = kb + cc * 4 + j
+                                x = float32(0.0)
+                                if r < n and col < K:
+                                    x = float32(q[b, t0 + r, h, col])
+                                    if has_g:
+                                        x *= math.exp(sm[O_B + r])  # gamma_r
+                                acc[4 * i + j] = x - acc[4 * i + j]
+                            _store_tile(qp, bh, t0 + r, kb + cc * 4, KP, acc, i, True)
+                    cuda.syncthreads()  # before the next tile overwrites the W tile
+
+        # U = A diag(beta) V (delta) and U'' = Aqk U (delta) or Aqk V (additive), CB value columns at a time
+        for vb in range(0, V, CB):
+            if vin:
+                _stage_input4(sm, O_Q, RS, v, b, h, t0, n, V, vb, C, CB, tid, NTH, delta, O_BETA)
+            else:
+                _stage_input(sm, O_Q, RS, v, b, h, t0, n, V, vb, C, CB, tid, NTH, delta, O_BETA)
+            cuda.syncthreads()  # the staged tile is complete
+            if delta:
+                for tile in range(tid, NTILE, NTH):
+                    rr = tile // CB4
+                    cc = tile % CB4
+                    for e in range(16):
+                        acc[e] = float32(0.0)
+                    _mm_nn(sm, acc, O_LA, CS, O_Q, RS, 4 * rr, 1, cc * 4, 4 * rr + 4)
+                    for i in range(4):
+                        r = 4 * rr + i
+                        _store_tile(u, bh, t0 + r, vb + cc * 4, V, acc, i, vec_v and vb + cc * 4 < V)
+                        if out:
+                            st4(sm, O_K + r * RS + cc * 4, (acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]))
+                cuda.syncthreads()  # U tile complete (and the staged tile free again)
+            if out:
+                o_rhs = O_K if delta else O_Q
+                for tile in range(tid, NTILE, NTH):
+                    rr = tile // CB4
+                    cc = tile % CB4
+                    for e in range(16):
+                        acc[e] = float32(0.0)
+                    _mm_nn(sm, acc, O_AQK, CS, o_rhs, RS, 4 * rr, 1, cc * 4, 4 * rr + 4)
+                    for i in range(4):
+                        _store_tile(u2, bh, t0 + 4 * rr + i, vb + cc * 4, V, acc, i, vec_v and vb + cc * 4 < V)
+                if not delta:
+                    cuda.syncthreads()  # before the next tile is staged over this one
+
+    if config.ENABLE_CUDASIM:
+        return cuda.jit(intra)
+    return cuda.jit(intra, launch_bounds=(NTH, INTRA_MIN_BLOCKS))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# kernel B: the sequential pass over chunks, state in registers, output fused
+# ----------------------------------------------------------------------------------------------------------
+def _state_layout(C, KP, BV):
+    KS, VS = KP + 4, BV + 4
+    o_a = 0  # two row blocks [C, KS]: W | Q' (delta, output), W | K, Q | K (additive, output) or - | K
+    o_s = o_a + 2 * C * KS  # the state tile S [KP, VS] (the matmul's right-hand side)
+    o_v = o_s + KP * VS  # V_new tile [C, VS], rows scaled by gamma_C / gamma_t
+    o_gm = o_v + C * VS  # gamma_t
+    o_f = o_gm + C  # gamma_C / gamma_t (0 past the sequence's end)
+    return o_a, o_s, o_v, o_gm, o_f, o_f + C
+
+
+@cuda.jit(device=True, inline="always")
+def _chunk_gates(sm, o_f, o_gm, bcum, bh, t0, n, C, tid, nth):
+    """sm[o_f + t] = gamma_C / gamma_t = exp(b_last - b_t) (0 for t >= n) and sm[o_gm + t] = gamma_t = exp(b_t)."""
+    b_last = bcum[bh, t0 + n - 1]
+    for t in range(tid, C, nth):
+        bt = bcum[bh, t0 + min(t, n - 1)]
+        sm[o_f + t] = math.exp(b_last - bt) if t < n else float32(0.0)
+        sm[o_gm + t] = math.exp(bt)
+
+
+@functools.lru_cache(maxsize=None)
+def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
+    BV4 = BV // 4
+    NTH = (KP // 4) * BV4  # one 4x4 tile of the state [KP, BV] per thread
+    KS, VS = KP + 4, BV + 4
+    O_A, O_S, O_V, O_GM, O_F, _ = _state_layout(C, KP, BV)
+    P1_ROWS = C * (int(delta) + int(out))  # rows of [W; Q'] (or Q) that multiply the state
+    R4 = P1_ROWS // 4
+    NT1 = R4 * BV4
+    K_OFF = 0 if (delta and out) else C * KS  # where the K rows sit during the state update
+
+    def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):
+        """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk:
+
+        S (rows 4 rg .. 4 rg + 3, columns 4 cg .. 4 cg + 3 of the tile) lives in registers all along.
+        Per chunk: X = [W; Q'] S (delta) or Q S (additive) from shared memory, then
+        V_new = U - W S (delta) or V,  o = scale (Q' S + U'')  or  scale (diag(gamma) Q S + U''),
+        S <- gamma_C S + K^T diag(gamma_C / gamma) V_new.
+        """
+        T, H, K = k.shape[1], k.shape[2], k.shape[3]
+        V = v.shape[3]
+        vec_v = V % 4 == 0
+        NC = (T + C - 1) // C
+        sm = cuda.shared.array(0, float32)
+        bh = cuda.blockIdx.y
+        b = bh // H
+        h = bh % H
+        v0 = cuda.blockIdx.x * BV
+        tid = cuda.threadIdx.x
+        cg = tid % BV4
+        rg = tid // BV4
+        S = cuda.local.array(16, float32)
+        acc = cuda.local.array(16, float32)
+        for i in range(4):
+            for j in range(4):
+                S[4 * i + j] = float32(0.0)
+                if has_h0 and rg * 4 + i < K and v0 + cg * 4 + j < V:
+                    S[4 * i + j] = h0[b, h, rg * 4 + i, v0 + cg * 4 + j]
+        if has_g and NC > 0:
+            _chunk_gates(sm, O_F, O_GM, bcum, bh, 0, min(C, T), C, tid, NTH)
+            cuda.syncthreads()  # the first chunk's gates are read by its staging
+        for c in range(NC):
+            t0 = c * C
+            n = min(C, T - t0)
+            b_last = bcum[bh, t0 + n - 1] if has_g else float32(0.0)
+            # -- stage: S, the row blocks, the value tile (gamma_t and gamma_C / gamma_t are already in place) --
+            if NT1 > 0:
+                for i in range(4):
+                    st4(sm, O_S + (rg * 4 + i) * VS + cg * 4, (S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]))
+            if delta:
+                _stage_scratch(sm, O_A, KS, w, bh, t0, 0, KP, C, KP, tid, NTH, True)
+            elif out:
+                if vin:
+                    _stage_input4(sm, O_A, KS, q, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
+                else:
+                    _stage_input(sm, O_A, KS, q, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
+            if delta and out:
+                _stage_scratch(sm, O_A + C * KS, KS, qp, bh, t0, 0, KP, C, KP, tid, NTH, True)
+            elif vin:
+                _stage_input4(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
+            else:
+                _stage_input(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
+            if delta:  # U (V_new after P1)
+                _stage_scratch(sm, O_V, VS, u, bh, t0, v0, V, C, BV, tid, NTH, vec_v)
+            elif vin:  # V, rows times gamma_C / gamma_t
+                _stage_input4(sm, O_V, VS, v, b, h, t0, n, V, v0, C, BV, tid, NTH, has_g, O_F)
+            else:
+                _stage_input(sm, O_V, VS, v, b, h, t0, n, V, v0, C, BV, tid, NTH, has_g, O_F)
+            cuda.syncthreads()  # everything staged
+
+            # -- ask L2 for the next chunk's rows now, so that its staging hits L2 instead of HBM --
+            if c + 1 < NC:
+                t1 = t0 + C
+                n1 = min(C, T - t1)
+                if delta:
+                    _prefetch_rows3(w, bh, t1, n1, 0, KP, tid, NTH)
+                    _prefetch_rows3(u, bh, t1, n1, v0, min(BV, V - v0), tid, NTH)
+                    if out:
+                        _prefetch_rows3(qp, bh, t1, n1, 0, KP, tid, NTH)
+                else:
+                    _prefetch_rows4(v, b, h, t1, n1, v0, min(BV, V - v0), tid, NTH)
+                    if out:
+                        _prefetch_rows4(q, b, h, t1, n1, 0, K, tid, NTH)
+                _prefetch_rows4(k, b, h, t1, n1, 0, K, tid, NTH)
+                if out:
+                    _prefetch_rows3(u2, bh, t1, n1, v0, min(BV, V - v0), tid, NTH)
+
+            # -- P1: X = rows @ S; delta rows -> V_new (in shared), output rows -> o --
+            for tile in range(tid, NT1, NTH):
+                rr = tile // BV4
+                cc = tile % BV4
+                for e in range(16):
+                    acc[e] = float32(0.0)
+                _mm_nn(sm, acc, O_A, KS, O_S, VS, rr, R4, cc * 4, KP)
+                for i in range(4):
+                    row = rr + R4 * i
+                    if delta and row < C:
+                        f = sm[O_F + row] if has_g else float32(1.0)  # gamma_C / gamma_t
+                        p = O_V + row * VS + cc * 4
+                        y = ld4(sm, p)  # this thread's own elements
+                        st4(sm, p, ((y[0] - acc[4 * i]) * f, (y[1] - acc[4 * i + 1]) * f,
+                                    (y[2] - acc[4 * i + 2]) * f, (y[3] - acc[4 * i + 3]) * f))
+                    elif out:
+                        t = row - C if delta else row
+                        gm = float32(1.0)
+                        if has_g and not delta:
+                            gm = sm[O_GM + t]
+                        if t < n:
+                            col = v0 + cc * 4
+                            if vec_v and col < V:
+                                z = ld4(u2, (bh, t0 + t, col))
+                                for j in range(4):
+                                    o[b, t0 + t, h, col + j] = scale * (acc[4 * i + j] * gm + z[j])
+                            else:
+                                for j in range(4):
+                                    if col + j < V:
+                                        z1 = u2[bh, t0 + t, col + j]
+                                        o[b, t0 + t, h, col + j] = scale * (acc[4 * i + j] * gm + z1)
+            if delta and out:
+                cuda.syncthreads()  # W and Q' are consumed: K takes their place
+                _stage_input(sm, O_A, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
+            cuda.syncthreads()  # V_new (and K) complete
+
+            # -- P2: S <- gamma_C S + K^T diag(gamma_C / gamma) V_new; meanwhile the next chunk's gates --
+            if has_g and c + 1 < NC:
+                _chunk_gates(sm, O_F, O_GM, bcum, bh, t0 + C, min(C, T - t0 - C), C, tid, NTH)
+            if has_g:
+                gc = math.exp(b_last)
+                for e in range(16):
+                    S[e] *= gc
+            for t in range(n):
+                x = ld4(sm, O_A + K_OFF + t * KS + rg * 4)
+                y = ld4(sm, O_V + t * VS + cg * 4)
+                for i in range(4):
+                    for j in range(4):
+                        S[4 * i + j] += x[i] * y[j]
+            cuda.syncthreads()  # before the next chunk is staged over this one
+        if has_ht:
+            for i in range(4):
+                for j in range(4):
+                    if rg * 4 + i < K and v0 + cg * 4 + j < V:
+                        ht[b, h, rg * 4 + i, v0 + cg * 4 + j] = S[4 * i + j]
+
+    if config.ENABLE_CUDASIM:  # the simulator's cuda.jit takes no launch_bounds
+        return cuda.jit(state)
+    # 512 / NTH resident blocks: at most 128 registers a thread (one block of 512 threads at BV = 64, two of 256
+    # at BV = 32); without the bound ptxas takes 130-170 and a 512-thread launch would fail.
+    return cuda.jit(state, launch_bounds=(NTH, max(1, STATE_REGS_BLOCKS // NTH)))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# launching
+# ----------------------------------------------------------------------------------------------------------
+def padded_k(K: int) -> int:
+    """K rounded up to a power of two >= 16 (the tiles' row count)."""
+    kp = 16
+    while kp < K:
+        kp *= 2
+    return kp
+
+
+def value_tile(C: int, KP: int, V: int, bv=None) -> int:
+    """BV: the state kernel's value-tile width (a multiple of 4), from ``BV_TABLE`` unless given."""
+    if bv is None:
+        bv = BV_TABLE.get((C, KP), BV_DEFAULT)
+    bv = int(bv)
+    if bv < 4 or bv % 4:
+        raise ValueError(f"rung {NAME!r}: the value tile must be a positive multiple of 4, got {bv}")
+    return min(bv, 4 * cdiv(max(V, 1), 4))
+
+
+_allowed = set()
+
+
+def _launch(kernel, grid, block, smem, stream, args):
+    """``kernel[grid, block, stream, smem](*args)``, first raising the kernel's dynamic shared-memory limit
+    (48 KB unless the kernel opts in) when ``smem`` needs it."""
+    if smem > SMEM_STATIC_LIMIT and not config.ENABLE_CUDASIM:
+        from numba.cuda.cudadrv import driver as drv
+
+        compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+        key = (id(compiled), smem)
+        if key not in _allowed:
+            compiled.bind()
+            cufunc = compiled._codelibrary.get_cufunc()
+            attr = drv.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            drv.driver.cuKernelSetAttribute(attr, smem, cufunc.handle, cufunc.device.id)
+            _allowed.add(key)
+    kernel[grid, block, stream, smem](*args)
+
+
+def _rows_aligned(*arrays) -> bool:
+    """Whether 128-bit loads may read these [B, T, H, n] inputs: float32, n contiguous and a multiple of 4,
+    every row starting on a 16-byte boundary."""
+    for a in arrays:
+        if a.dtype != np.float32 or a.shape[3] % 4 or a.strides[3] != 4:
+            return False
+        if any(a.strides[i] % 16 for i in range(3)):
+            return False
+        if not config.ENABLE_CUDASIM and a.__cuda_array_interface__["data"][0] % 16:
+            return False
+    return True
+
+
+_scratch_cache = {}
+
+
+def _scratch(name, shape, stream):
+    """A float32 device buffer kept between calls (one per name: the latest shape), so that repeated calls do
+    not pay for (and synchronise on) allocation. Calls on different streams must not overlap."""
+    hit = _scratch_cache.get(name)
+    if hit is None or hit.shape != tuple(shape):
+        _scratch_cache.pop(name, None)
+        hit = cuda.device_array(tuple(shape), np.float32, stream=stream)
+        _scratch_cache[name] = hit
+    return hit
+
+
+def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
+    """Launch the intra kernel, then the state kernel (the rung contract: :mod:`linattn_numba.rungs`).
+
+    Extension: ``o=None`` means "state only": ``ht`` must be given; the scores Aqk, Q' and U'' and every
+    output product are skipped. ``chunk_size=None`` uses ``DEFAULT_CHUNK``. ``bv`` overrides the value-tile
+    width of ``BV_TABLE`` (tests, tuning). ``h0`` and ``ht`` may be the same array.
+    """
+    for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv):
+        launch()
+
+
+def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
+    """``[(kernel name, launch)]``: what :func:`forward` runs, in order, as separate callables (so that
+    ``tools/tune_r3.py`` can time each kernel). Validates the arguments and allocates the scratch."""
+    B, T, H, K = q.shape
+    V = v.shape[3]
+    if chunk_size is None:
+        chunk_size = DEFAULT_CHUNK
+    if chunk_size not in CHUNK_SIZES:
+        raise ValueError(f"rung {NAME!r}: chunk_size must be one of {CHUNK_SIZES}, got {chunk_size!r}")
+    if K > MAX_K:
+        raise ValueError(f"rung {NAME!r} supports K <= {MAX_K}, got K={K}")
+    if o is None and ht is None:
+        raise ValueError(f"rung {NAME!r}: with o=None (state only) ht must be given")
+    C = int(chunk_size)
+    KP = padded_k(K)
+    BV = value_tile(C, KP, V, bv)
+    has_g, delta, out = g is not None, beta is not None, o is not None
+    BH = B * H
+    if BH == 0 or V == 0:
+        return []
+    NC = cdiv(T, C)
+    TP = NC * C
+    f4 = np.dtype(np.float32).itemsize
+    vin = T > 0 and _rows_aligned(q, k, v)  # 128-bit loads of the inputs
+    bcum = _scratch("bcum", (BH, TP), stream) if has_g and T > 0 else or_dummy(None, 2)
+    w = _scratch("w", (BH, TP, KP), stream) if delta and T > 0 else or_dummy(None, 3)
+    u = _scratch("u", (BH, TP, V), stream) if delta and T > 0 else or_dummy(None, 3)
+    qp = _scratch("qp", (BH, TP, KP), stream) if delta and out and T > 0 else or_dummy(None, 3)
+    u2 = _scratch("u2", (BH, TP, V), stream) if out and T > 0 else or_dummy(None, 3)
+    todo = []
+    if T > 0 and (has_g or delta or out):
+        smem_a = _intra_layout(C, KP)[-1] * f4
+        args_a = (q, k, v, or_dummy(g, 3), or_dummy(beta, 3), bcum, w, u, qp, u2)
+        kern_a = _intra_kernel(C, KP, has_g, delta, out, vin)
+        todo.append(("intra", lambda: _launch(kern_a, (NC, BH), (C // 4) ** 2, smem_a, stream, args_a)))
+    if T > 0 or ht is not None:
+        smem_b = _state_layout(C, KP, BV)[-1] * f4
+        kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin)
+        args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale))
+        todo.append(("state", lambda: _launch(kern_b, (cdiv(V, BV), BH), (KP // 4) * (BV // 4), smem_b, stream,
+                                              args_b)))
+    return todo
+
+
+def compile_targets():
+    """``(label, py_func, argtypes)`` for every kernel variant at the default configuration (C = 64, K <= 128,
+    BV from the table): 4 recurrences x float32 / float16 inputs x output or state only, the state kernel also
+    x h0 x ht (ht required without the output), and float32 inputs also with 128-bit input loads (vin).
+    Inputs have layout "A"; scratch and stand-ins are C-contiguous float32."""
+    f32 = types.float32
+    C, KP = DEFAULT_CHUNK, MAX_K
+    BV = BV_TABLE.get((C, KP), BV_DEFAULT)
+    s2, s3, s4 = (array_type(np.float32, n, "C") for n in (2, 3, 4))
+    a3, a4 = array_type(np.float32, 3), array_type(np.float32, 4)
+    for dtype in INPUT_DTYPES:
+        x4 = array_type(dtype, 4)
+        for vin in (False, True) if dtype == np.float32 else (False,):
+            for rec, (has_g, delta) in zip(RECURRENCES, FLAG_COMBOS):
+                tag = f"{rec},{np.dtype(dtype).name}" + (",vin" if vin else "")
+                g_t = a3 if has_g else s3
+                beta_t = a3 if delta else s3
+                for out in (True, False):
+                    if has_g or delta or out:
+                        yield (f"intra[{tag},o={int(out)}]", _intra_kernel(C, KP, has_g, delta, out, vin).py_func,
+                               (x4, x4, x4, g_t, beta_t, s2, s3, s3, s3, s3))
+                    for has_h0 in (False, True):
+                        for has_ht in (False, True):
+                            if not out and not has_ht:
+                                continue  # state only needs ht
+                            h0_t = a4 if has_h0 else s4
+                            ht_t = a4 if has_ht else s4
+                            o_t = a4 if out else s4
+                            yield (
+                                f"state[{tag},o={int(out)},h0={int(has_h0)},ht={int(has_ht)}]",
+                                _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin).py_func,
+                                (x4, x4, x4, s2, s3, s3, s3, s3, h0_t, ht_t, o_t, f32),
+                            )

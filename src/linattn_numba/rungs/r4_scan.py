@@ -1,0 +1,773 @@
+"""Rung r4 ``scan``: sequence parallelism. The sequence is cut into segments that run at the same time; a
+log-depth tree scan (or a short chain) over the segments' transitions hands each segment its true start state.
+
+What changed and why
+    r2 (and r3) walk the chunks of a sequence one after another: the state pass has one sequential walker per
+    (b, h, 32 value columns). With few (batch x head) pairs -- B1 H2 K=V=128 is 8 walkers -- most of the 132
+    SMs idle while a walker crosses T / C chunks. The recurrence is linear in the state, so a segment of the
+    sequence acts on its start state as an affine map ``S -> M S + S_local``, and affine maps compose
+    associatively. r4 therefore splits the sequence into NS segments of L tokens, computes every segment's
+    map in parallel, combines the maps in a scan, and runs every segment again from its true start state.
+    Phases 1 and 3 are the "engine" rung's own ``forward`` on segment views (rung ``shared`` when it is
+    registered, else ``chunked``; :data:`ENGINES`): r4 adds only the scan's kernels and the bookkeeping.
+
+The three phases::
+
+    tokens   |----- seg 0 -----|----- seg 1 -----|----- seg 2 -----|-- tail --|
+    phase 1  (M0, S0+M0 h0)    (M1, S1)          (M2, S2)          (M3, S3)      engine, state only, all at once
+    phase 2  X0 = h0  ->  X1 = M0 h0 + S0  ->  X2 = M1 X1 + S1  ->  X3  ->  ht  tree scan (or chain) of the maps
+    phase 3  o[seg 0] from X0  o[seg 1] from X1  o[seg 2] from X2   o[tail] from X3    engine, all at once
+
+    phase 1  each segment's local final state S_i (from a zero start) and its transition M_i:
+             additive family (plain, decay): M_i = exp(sum of g over the segment), a scalar (1 for plain);
+             delta family: M_i = prod_t gamma_t (I - beta_t k_t k_t^T), a K x K matrix. M_i is exactly the
+             final state of the same recurrence run with zero values from the initial state I (the columns of
+             the state evolve independently), so the engine runs once on augmented values [v | 0_K] from the
+             initial state [0 | I] and returns [S_i | M_i] in one pass, in its own chunked WY form -- M is
+             never built token by token. The real h0 enters segment 0's initial state ([h0 | I]); the
+             additive family adds its share (m h0) in phase 2 instead.
+    phase 2  the start state of segment i is X_i = (M_{i-1} o ... o M_0)(h0), with the associative combine
+             (M2, S2) o (M1, S1) = (M2 M1, M2 S1 + S2). ``tree``: a Kogge-Stone inclusive scan, one launch per
+             level (d = 1, 2, 4, ...: element i >= d becomes P_i o P_{i-d}, ping-pong buffers), then a copy
+             shifts the inclusive results by one segment into X; ``chain``: X_{i+1} = M_i X_i + S_i in one
+             launch, one sequential step per segment. ht is the last composition.
+    phase 3  every segment recomputes its outputs with the engine from X_i (o written in full).
+
+Segment views: q [B, T, H, K] is viewed as [B * n, L, H, K] (n equal segments per sequence) with explicit
+strides, no copy, when the batch stride allows merging (B = 1, or stride_B = n L stride_T); unequal lengths are
+n = NS - 1 equal segments plus a shorter tail launched separately (the tail is an ordinary slice [:, t0:]); when
+the views cannot merge the equal segments are launched once per batch element. The per-segment state buffers
+are r4's own, laid out [B, NS, H, K, *] so that they merge the same way.
+
+Kernels of the scan (the engine's kernels are documented in its module):
+
+==============  ===============================  ============  ==============================================
+kernel          grid                             block         one thread ...
+==============  ===============================  ============  ==============================================
+vaug**          (min(ceil(n / 256), 65535),)     256           elements e, e + gridsize, ... of [v | 0]
+                n = B T H (V + K)                              (consecutive threads, consecutive columns)
+init**          same, n = B NS H K (V + K)       256           elements of the initial states [h0 | I]
+segsum*         (NS, B H)                        128           a strided share of one segment's g, then a
+                                                               shared-memory tree sum; thread 0 writes exp
+chain (add)     (ceil(K V / 256), B H)           256           one state element (r, c): walks the NS segments
+tree (add)      (ceil(K V / 256), NS, B H)       256           one element of one segment, one level
+finish (add)    (ceil(K V / 256), B H)           256           one element: writes X_i = S_incl[i-1] + m h0, ht
+chain**         (ceil(V / 32), B H)              (32, 8)       one value column (x) and rows ty, ty + 8, ...
+                                                               of X; X in shared memory, M_i read from L2 as
+                                                               warp broadcasts; 2 barriers per segment
+tree**          (tiles of K x W, NS, B H)        (16, 16)      a 4 x 4 register tile of the 64 x 64 output
+                                                               tile of M_i [S | M]_{i-d}: 16-wide slabs of both
+                                                               operands staged in shared memory
+finish**        (ceil(K V / 256), B H)           256           one element: X_{i+1} = S_incl[i], ht
+==============  ===============================  ============  ==============================================
+
+(* decay family only; ** delta family only; W = V + K, except at the tree's last level where only the S
+columns are needed: W = V.) Barriers: segsum 1 + log2(128) per block; the chain 2 per segment (around the
+shared X tile: all reads of X_i before any write of X_{i+1}); the tree 2 per 16-wide slab (around the staged
+slabs). The element-wise kernels use none.
+
+Registers (ptxas for sm_90): element-wise kernels 30-40, tree 96, chain 215-219 -- the chain runs one
+256-thread block per SM and only B H ceil(V / 32) blocks, so occupancy is not what limits it (latency is).
+
+Bytes and FLOPs per token-head with the chunked engine (K = V = 128, C = 64, float32; the engine's terms from
+r2's table; phase 1 is its state-only pass, phase 3 its full pipeline):
+
+==============  =====================================================  =====================================
+phase           global memory per token-head                           FLOPs per token-head
+==============  =====================================================  =====================================
+1, additive     read k, v (1 KB) and g; no scores, no ``h`` stores     state 2 K V = 33 k
+1, delta        vaug: read v 0.5 KB, write [v | 0] 1 KB; then r2 on    Lkk 2 K 40 = 10 k; wu (2 K + V) C =
+                W = V + K columns: ~1.5x its bytes for w, u, V_new     25 k; state 4 K (V + K) = 131 k
+2, tree         2 x 4 B NS H K W per level, per sequence: ~0           2 K^2 (K + V) per combine, about
+                                                                       NS log2 NS combines per sequence
+3               the engine: r2 moves ~6 KB (decay) / ~10 KB (gated     the engine: 84 k (additive),
+                delta) per token-head                                  143 k (delta)
+==============  =====================================================  =====================================
+
+So r4 does about 1.4x the engine's FLOPs for the additive family and 2.2x for the delta rule: the phase-1
+overhead is the state pass once more, on (V + K) / V = 2x the columns for the delta rule. The tree's K^3 term
+does not grow with T: 2 K^2 (K + V) = 8.4 MFLOP per combine, and at NS = 66 (335 combines: NS - d at level d)
+it adds ~11 kFLOP per token-head at T = 262,144 (2.8 GFLOP per sequence). The chain instead does NS - 1
+sequential steps of 2 K^2 V = 4.2 MFLOP, spread over only ceil(V / 32) blocks per head.
+
+Cost model. Segments (:func:`choose_num_segments`, :func:`plan_segments`): the engine's state pass has
+``B H ceil(V / 32)`` sequential walkers (one per head and 32 value columns). If that already fills the GPU
+(>= one per SM: B4 H16 K=V=128 has 256 walkers for 132 SMs), NS = 1 and r4 *is* the engine -- one call, no
+overhead. Otherwise NS = ceil(RESIDENT x SMs / walkers), enough segments for RESIDENT walkers per SM
+(``RESIDENT_ADD``, ``RESIDENT_DELTA``: the additive state kernel is lighter, so more of its blocks share an
+SM; the delta family's phase 1 already has twice the walkers, V + K columns), capped so that a segment keeps
+at least ``MIN_SEG_CHUNKS`` chunks. The segment length is rounded up to whole chunks when that keeps the count.
+At B1 H2 K=V=128 this gives NS = 66 (delta family) and 132 (additive): the best of the counts swept on the
+H200 with the chunked engine (``tools/r4_scan_probe.py``, ``figures/data/probes/h200_r4_scan_probe.json``).
+Scan (:func:`choose_scan`): the estimated times of ``_scan_cost_us``, fitted to phase 2 alone in the same
+JSON: the delta family's chain is NS - 1 dependent steps (each reads M_i, 64 KB, from L2 and does 2 K^2 32
+FMAs per block on only B H ceil(V / 32) blocks: latency bound), the tree ceil(log2 NS) launches of a
+GPU-wide tiled matmul (NS log2 NS combines): the tree is the faster at every NS measured (16 .. 264), and
+the model picks it from NS = 2 on. The additive chain is a single pass over the segment states, cheaper than
+the tree's log2(NS) passes at every NS measured, and the model always picks it.
+``num_segments`` (argument or :data:`NUM_SEGMENTS`) and ``scan`` (argument or :data:`SCAN`) override the model.
+
+Where the time goes: phase 2 and the bookkeeping are small; phases 1 and 3 are each one engine run over all
+T tokens, but with B H NS walkers instead of B H, so each costs about what the engine costs at a shape that
+fills the GPU with the same number of token-heads (B4 T8192 H16 has as many as B1 T262144 H2). r4 removes
+the under-filled sequential pass; what remains is about twice the engine's parallel work (phase 1 on V + K
+columns for the delta rule) -- so r4's speed follows its engine, and r3 ``shared`` is picked up as soon as it
+is registered (the cost model's constants were tuned with r2 and should be re-tuned with r3).
+
+Numerics: everything float32. The affine maps are exact algebra (no approximation); the only difference from
+a single pass is the order of float32 sums (the scan composes products of up to NS maps), well inside the
+project's float32 tolerance. The delta family's M_i = prod (I - beta k k^T) gamma is a contraction for
+beta in [0, 1] and unit-norm keys, so products of them do not grow.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import cuda, float32, types
+
+from .. import sim
+from .._common import INPUT_DTYPES, array_type, cdiv, or_dummy
+
+NAME = "scan"
+MAX_K = 256  # the chain kernel's shared [K, 32] tile (32 KB) and 32 rows per thread at K = 256
+MAX_V = None  # V is tiled by every kernel
+CHUNK_SIZES = (16, 32, 64, 128)  # passed through to the engine
+
+ENGINES = ("shared", "chunked")  # the engine is the first of these that is registered (and fits K, V, C)
+
+# Overrides of the cost model, for tests and experiments: None lets the model choose.
+NUM_SEGMENTS = None
+SCAN = None  # "tree" or "chain"
+
+# Cost model constants (see the module docstring), tuned with tools/r4_scan_probe.py on the H200
+# (figures/data/probes/h200_r4_scan_probe.json) at B1 H2 K=V=128 with the chunked engine.
+RESIDENT_ADD = 8  # sequential walkers wanted per SM, additive family (r2's state kernel: ~50 registers)
+RESIDENT_DELTA = 4  # delta family (r2's state kernel: ~90 registers; phase 1 has twice the walkers, V + K columns)
+MIN_SEG_CHUNKS = 2  # a segment keeps at least this many chunks
+ENGINE_BV = 32  # value columns per walker of the engine's state pass (r2's BV)
+DEFAULT_SMS = 132  # the H200, when the device cannot be asked (the simulator)
+
+THREADS = 256  # element-wise kernels
+SEGSUM_THREADS = 128
+CHAIN_BV = 32  # chain: value columns per block (one warp wide)
+CHAIN_ROWS = 8  # chain: rows of threads; a thread holds rows ty, ty + 8, ... (MAX_K / 8 = 32)
+CHAIN_RPT = 32  # MAX_K // CHAIN_ROWS (a literal: local-array sizes must be constants)
+CHAIN_MAX_K = 256  # the chain's shared tile height (MAX_K)
+TM = 64  # tree: output tile rows per block
+TN = 64  # tree: output tile columns per block
+TJ = 16  # tree: slab width of the contraction dimension
+TJ_PAD = 17  # TJ + 1: M slab columns padded so that a thread pair's reads fall in different banks
+
+SCAN_KINDS = ("tree", "chain")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# phase 1 helpers: augmented values, initial states, segment decays
+# ----------------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _vaug_kernel():
+    def vaug(v, out):
+        """out[b, t, h, c] = v[b, t, h, c] for c < V, 0 for V <= c < V + K (float32). Grid-stride loop."""
+        B, T, H, V = v.shape
+        W = out.shape[3]
+        n = B * T * H * W
+        for e in range(cuda.grid(1), n, cuda.gridsize(1)):
+            c = e % W
+            r = e // W
+            h = r % H
+            r = r // H
+            t = r % T
+            b = r // T
+            out[b, t, h, c] = float32(v[b, t, h, c]) if c < V else float32(0.0)
+
+    return cuda.jit(vaug)
+
+
+@functools.lru_cache(maxsize=None)
+def _init_kernel(has_h0: bool):
+    def init(h0, out, V):
+        """out[b, s, h] = [X | I] with X = h0 for s = 0 (zeros without h0, and for s > 0): [B, NS, H, K, V + K]."""
+        B, NS, H, K, W = out.shape
+        n = B * NS * H * K * W
+        for e in range(cuda.grid(1), n, cuda.gridsize(1)):
+            c = e % W
+            r = e // W
+            row = r % K
+            r = r // K
+            h = r % H
+            r = r // H
+            s = r % NS
+            b = r // NS
+            x = float32(0.0)
+            if c < V:
+                if has_h0 and s == 0:
+                    x = h0[b, h, row, c]
+            elif c - V == row:
+                x = float32(1.0)
+            out[b, s, h, row, c] = x
+
+    return cuda.jit(init)
+
+
+@functools.lru_cache(maxsize=None)
+def _segsum_kernel():
+    def segsum(g, m, seg_len):
+        """m[b, s, h] = exp(sum of g[b, t, h] over segment s = [s L, min(T, (s + 1) L)))."""
+        T, H = g.shape[1], g.shape[2]
+        s = cuda.blockIdx.x
+        b = cuda.blockIdx.y // H
+        h = cuda.blockIdx.y % H
+        tid = cuda.threadIdx.x
+        t0 = s * seg_len
+        t1 = min(T, t0 + seg_len)
+        acc = float32(0.0)
+        for t in range(t0 + tid, t1, SEGSUM_THREADS):
+            acc += g[b, t, h]
+        red = cuda.shared.array(SEGSUM_THREADS, float32)
+        red[tid] = acc
+        cuda.syncthreads()  # every partial sum is in shared memory
+        half = SEGSUM_THREADS // 2
+        while half > 0:
+            if tid < half:
+                red[tid] += red[tid + half]
+            cuda.syncthreads()  # this level's sums are complete before the next level reads them
+            half //= 2
+        if tid == 0:
+            m[b, s, h] = math.exp(red[0])  # the sum is <= 0: exp in [0, 1], may underflow to 0 (correctly)
+
+    return cuda.jit(segsum)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# phase 2, additive family: scalar transitions
+# ----------------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _chain_add_kernel(has_g: bool, has_h0: bool, has_ht: bool):
+    def chain_add(p, m, h0, x, ht):
+        """One state element (r, c) of one (b, h): X_0 = h0, X_{i+1} = m_i X_i + S_i; ht = X_NS.
+
+        p [B, NS, H, K, V] the local states S_i; m [B, NS, H] the segment decays (has_g); x [B, NS, H, K, V].
+        The thread reads h0[b, h, r, c] before it writes ht[b, h, r, c]: the two may be the same array.
+        """
+        B, NS, H, K, V = p.shape
+        e = cuda.blockIdx.x * THREADS + cuda.threadIdx.x
+        if e >= K * V:
+            return
+        b = cuda.blockIdx.y // H
+        h = cuda.blockIdx.y % H
+        r = e // V
+        c = e % V
+        acc = float32(0.0)
+        if has_h0:
+            acc = h0[b, h, r, c]
+        x[b, 0, h, r, c] = acc
+        for i in range(NS):
+            if has_g:
+                acc = m[b, i, h] * acc + p[b, i, h, r, c]
+            else:
+                acc += p[b, i, h, r, c]
+            if i + 1 < NS:
+                x[b, i + 1, h, r, c] = acc
+        if has_ht:
+            ht[b, h, r, c] = acc
+
+    return cuda.jit(chain_add)
+
+
+@functools.lru_cache(maxsize=None)
+def _tree_add_kernel(has_g: bool):
+    def tree_add(pin, min_, pout, mout, d):
+        """One Kogge-Stone level: for segment i >= d, (m, S)_i <- (m_i m_{i-d}, m_i S_{i-d} + S_i); else copied."""
+        B, NS, H, K, V = pin.shape
+        e = cuda.blockIdx.x * THREADS + cuda.threadIdx.x
+        i = cuda.blockIdx.y
+        b = cuda.blockIdx.z // H
+        h = cuda.blockIdx.z % H
+        if e >= K * V:
+            return
+        r = e // V
+        c = e % V
+        val = pin[b, i, h, r, c]
+        if i >= d:
+            if has_g:
+                val += min_[b, i, h] * pin[b, i - d, h, r, c]
+            else:
+                val += pin[b, i - d, h, r, c]
+        pout[b, i, h, r, c] = val
+        if has_g and e == 0:
+            mout[b, i, h] = min_[b, i, h] * min_[b, i - d, h] if i >= d else min_[b, i, h]
+
+    return cuda.jit(tree_add)
+
+
+@functools.lru_cache(maxsize=None)
+def _finish_add_kernel(has_g: bool, has_h0: bool, has_ht: bool):
+    def finish_add(p, m, h0, x, ht):
+        """After the tree: (m, S)_incl[i] maps the zero state to the state after segment i, so
+        X_0 = h0, X_{i+1} = S_incl[i] + m_incl[i] h0, ht = X_NS. One element (r, c) per thread, all segments
+        (so h0 is read before ht, its possible alias, is written)."""
+        B, NS, H, K, V = p.shape
+        e = cuda.blockIdx.x * THREADS + cuda.threadIdx.x
+        if e >= K * V:
+            return
+        b = cuda.blockIdx.y // H
+        h = cuda.blockIdx.y % H
+        r = e // V
+        c = e % V
+        hv = float32(0.0)
+        if has_h0:
+            hv = h0[b, h, r, c]
+        x[b, 0, h, r, c] = hv
+        for i in range(NS):
+            val = p[b, i, h, r, c]
+            if has_h0:
+                val += m[b, i, h] * hv if has_g else hv
+            if i + 1 < NS:
+                x[b, i + 1, h, r, c] = val
+            elif has_ht:
+                ht[b, h, r, c] = val
+
+    return cuda.jit(finish_add)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# phase 2, delta family: K x K transitions, P = [S | M] of shape [B, NS, H, K, V + K]
+# ----------------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _chain_delta_kernel(has_h0: bool, has_ht: bool):
+    def chain_delta(p, h0, x, ht):
+        """Value columns 32 x + tx of one (b, h), rows ty, ty + 8, ...: X_0 = h0 and, with X_1 = S_0 (which
+        already holds M_0 h0), X_{i+1} = M_i X_i + S_i; ht = X_NS. X lives in shared memory.
+
+        M_i[r, j] = p[b, i, h, r, V + j] is the same for the whole warp (one broadcast load, L1/L2 hits).
+        """
+        B, NS, H, K, W = p.shape
+        V = W - K
+        b = cuda.blockIdx.y // H
+        h = cuda.blockIdx.y % H
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        vcol = cuda.blockIdx.x * CHAIN_BV + tx
+        vok = vcol < V
+        xs = cuda.shared.array((CHAIN_MAX_K, CHAIN_BV), float32)  # X_i[:, block's columns]
+        acc = cuda.local.array(CHAIN_RPT, float32)  # constant size and trip count: registers
+        for rr in range(CHAIN_RPT):
+            r = ty + CHAIN_ROWS * rr
+            if r < K:
+                if vok:
+                    x[b, 0, h, r, vcol] = h0[b, h, r, vcol] if has_h0 else float32(0.0)
+                xs[r, tx] = p[b, 0, h, r, vcol] if vok else float32(0.0)
+        cuda.syncthreads()  # X_1 complete in shared memory
+        for i in range(1, NS):
+            for rr in range(CHAIN_RPT):
+                r = ty + CHAIN_ROWS * rr
+                acc[rr] = float32(0.0)
+                if r < K and vok:
+                    x[b, i, h, r, vcol] = xs[r, tx]
+            for j in range(K):
+                xj = xs[j, tx]
+                for rr in range(CHAIN_RPT):
+                    r = ty + CHAIN_ROWS * rr
+                    if r < K:
+                        acc[rr] += p[b, i, h, r, V + j] * xj
+            cuda.syncthreads()  # every thread has read X_i before any overwrites it
+            for rr in range(CHAIN_RPT):
+                r = ty + CHAIN_ROWS * rr
+                if r < K:
+                    xs[r, tx] = acc[rr] + (p[b, i, h, r, vcol] if vok else float32(0.0))
+            cuda.syncthreads()  # X_{i+1} complete
+        if has_ht and vok:
+            for rr in range(CHAIN_RPT):
+                r = ty + CHAIN_ROWS * rr
+                if r < K:
+                    ht[b, h, r, vcol] = xs[r, tx]
+
+    return cuda.jit(chain_delta)
+
+
+@functools.lru_cache(maxsize=None)
+def _tree_delta_kernel():
+    def tree_delta(pin, pout, d, ncols):
+        """One Kogge-Stone level, one 64 x 64 tile of columns < ncols of segment i's [S | M] (W = V + K columns):
+
+        i >= d: pout[i] = M_i pin[i - d] + [S_i | 0]     (M_i = pin[i][:, V:], K x K; pin[i - d] K x W)
+        i < d:  pout[i] = pin[i]
+        Thread (tx, ty) owns rows r0 + ty + 16 a and columns c0 + tx + 16 c, a, c in 0..3.
+        """
+        B, NS, H, K, W = pin.shape
+        V = W - K
+        ntc = (ncols + TN - 1) // TN
+        r0 = (cuda.blockIdx.x // ntc) * TM
+        c0 = (cuda.blockIdx.x % ntc) * TN
+        i = cuda.blockIdx.y
+        b = cuda.blockIdx.z // H
+        h = cuda.blockIdx.z % H
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        tid = ty * 16 + tx
+        if i < d:  # the whole block takes this branch (i is the block's): no barrier is skipped by some threads
+            for a in range(4):
+                r = r0 + ty + 16 * a
+                for cc in range(4):
+                    col = c0 + tx + 16 * cc
+                    if r < K and col < ncols:
+                        pout[b, i, h, r, col] = pin[b, i, h, r, col]
+            return
+        a_s = cuda.shared.array((TM, TJ_PAD), float32)  # M_i[r0 + r, j0 + j]
+        b_s = cuda.shared.array((TJ, TN), float32)  # pin[i - d][j0 + j, c0 + c]
+        acc = cuda.local.array(16, float32)
+        for e in range(16):
+            acc[e] = float32(0.0)
+        for j0 in range(0, K, TJ):
+            for e in range(4):  # 1024 elements of each slab, 4 per thread; consecutive threads, consecutive j / c
+                idx = tid + 256 * e
+                ra = idx // TJ
+                ja = idx % TJ
+                ok = r0 + ra < K and j0 + ja < K
+                a_s[ra, ja] = pin[b, i, h, r0 + ra, V + j0 + ja] if ok else float32(0.0)
+                jb = idx // TN
+                cb = idx % TN
+                ok = j0 + jb < K and c0 + cb < ncols
+                b_s[jb, cb] = pin[b, i - d, h, j0 + jb, c0 + cb] if ok else float32(0.0)
+            cuda.syncthreads()  # both slabs are loaded
+            for j in range(TJ):
+                for a in range(4):
+                    av = a_s[ty + 16 * a, j]
+                    for cc in range(4):
+                        acc[a * 4 + cc] += av * b_s[j, tx + 16 * cc]
+            cuda.syncthreads()  # the slabs are consumed before the next ones overwrite them
+        for a in range(4):
+            r = r0 + ty + 16 * a
+            for cc in range(4):
+                col = c0 + tx + 16 * cc
+                if r < K and col < ncols:
+                    val = acc[a * 4 + cc]
+                    if col < V:
+                        val += pin[b, i, h, r, col]
+                    pout[b, i, h, r, col] = val
+
+    return cuda.jit(tree_delta)
+
+
+@functools.lru_cache(maxsize=None)
+def _finish_delta_kernel(has_h0: bool, has_ht: bool):
+    def finish_delta(p, h0, x, ht):
+        """After the tree: X_0 = h0, X_{i+1} = S_incl[i] = p[i][:, :V] (h0 was folded into segment 0 in phase 1);
+        ht = S_incl[NS - 1]. One element (r, c) per thread, all segments (h0 read before ht is written)."""
+        B, NS, H, K, W = p.shape
+        V = W - K
+        e = cuda.blockIdx.x * THREADS + cuda.threadIdx.x
+        if e >= K * V:
+            return
+        b = cuda.blockIdx.y // H
+        h = cuda.blockIdx.y % H
+        r = e // V
+        c = e % V
+        x[b, 0, h, r, c] = h0[b, h, r, c] if has_h0 else float32(0.0)
+        for i in range(NS - 1):
+            x[b, i + 1, h, r, c] = p[b, i, h, r, c]
+        if has_ht:
+            ht[b, h, r, c] = p[b, NS - 1, h, r, c]
+
+    return cuda.jit(finish_delta)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# segment views
+# ----------------------------------------------------------------------------------------------------------
+def _strided_view(a, shape, strides):
+    """A view of ``a``'s memory from its first element, with explicit shape and byte strides (no copy)."""
+    shape = tuple(int(s) for s in shape)
+    strides = tuple(int(s) for s in strides)
+    if sim.active():
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        return FakeCUDAArray(np.lib.stride_tricks.as_strided(a._ary, shape, strides))
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    return DeviceNDArray(shape=shape, strides=strides, dtype=a.dtype, gpu_data=a.gpu_data, stream=a.stream)
+
+
+def _merged_stride(nb, n, outer, inner):
+    """Stride of the axis that merges nb batch elements with n consecutive blocks (of stride ``inner`` each),
+    or None when they do not form one arithmetic sequence."""
+    if n == 1:
+        return outer  # one block per batch element: the batch axis itself
+    if nb == 1 or outer == n * inner:
+        return inner
+    return None
+
+
+def _token_view(a, b, nb, t0, n, seg_len):
+    """Tokens ``t0 .. t0 + n L`` of batch elements ``b .. b + nb`` of ``a`` [B, T, *rest] as [nb n, L, *rest]
+    (segment j of batch element b at index b n + j); None for an absent array, False when the batch stride
+    does not allow the merge (nb > 1, n > 1 and stride_B != n L stride_T)."""
+    if a is None:
+        return None
+    s0, s1 = a.strides[0], a.strides[1]
+    merged = _merged_stride(nb, n, s0, seg_len * s1)
+    if merged is None:
+        return False
+    sub = a[b:b + nb, t0:]
+    return _strided_view(sub, (nb * n, seg_len) + tuple(a.shape[2:]), (merged, s1) + tuple(a.strides[2:]))
+
+
+def _seg_view(a, b, nb, s0, n):
+    """Segments ``s0 .. s0 + n`` of batch elements ``b .. b + nb`` of ``a`` [B, NS, *rest] as [nb n, *rest]
+    (None for an absent array, False when the axes cannot merge)."""
+    if a is None:
+        return None
+    merged = _merged_stride(nb, n, a.strides[0], a.strides[1])
+    if merged is None:
+        return False
+    sub = a[b:b + nb, s0:]
+    return _strided_view(sub, (nb * n,) + tuple(a.shape[2:]), (merged,) + tuple(a.strides[2:]))
+
+
+def _segment_groups(T, seg_len):
+    """(s0, n, t0, length): the n = T // L equal segments, then the shorter tail if L does not divide T."""
+    ne = T // seg_len
+    groups = [(0, ne, 0, seg_len)] if ne else []
+    tail = T - ne * seg_len
+    if tail:
+        groups.append((ne, 1, ne * seg_len, tail))
+    return groups
+
+
+def _run_segments(fn, B, T, seg_len, token_arrays, seg_arrays):
+    """Call ``fn(*token_views, *seg_views)`` for every group of segments: once per group when every view can
+    merge the batch and segment axes, else once per batch element."""
+    for s0, n, t0, length in _segment_groups(T, seg_len):
+        views = [_token_view(a, 0, B, t0, n, length) for a in token_arrays]
+        views += [_seg_view(a, 0, B, s0, n) for a in seg_arrays]
+        if not any(vw is False for vw in views):
+            fn(*views)
+            continue
+        for b in range(B):
+            views = [_token_view(a, b, 1, t0, n, length) for a in token_arrays]
+            views += [_seg_view(a, b, 1, s0, n) for a in seg_arrays]
+            fn(*views)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the engine and the cost model
+# ----------------------------------------------------------------------------------------------------------
+def engine_module(K, V, chunk_size, name=None):
+    """The engine rung: ``name``, or the first of :data:`ENGINES` that is registered and supports K, V, C."""
+    from . import RUNGS, module
+
+    if name is not None and name not in ENGINES:
+        raise ValueError(f"rung {NAME!r}: engine must be one of {ENGINES}, got {name!r}")
+    candidates = (name,) if name is not None else ENGINES
+    for cand in candidates:
+        if cand not in RUNGS or cand == NAME:
+            continue
+        mod = module(cand)
+        sizes = getattr(mod, "CHUNK_SIZES", None)
+        if (mod.MAX_K or K) >= K and (mod.MAX_V or V) >= V and (sizes is None or chunk_size in sizes):
+            return mod
+    raise ValueError(f"rung {NAME!r}: no engine among {candidates} supports K={K}, V={V}, chunk_size={chunk_size}")
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count() -> int:
+    if sim.active():
+        return DEFAULT_SMS
+    try:
+        return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+    except Exception:  # noqa: BLE001 - no context yet / no device: the H200's count
+        return DEFAULT_SMS
+
+
+def choose_num_segments(B, T, H, K, V, chunk_size, delta, n_sm=None):
+    """NS from the cost model of the module docstring: 1 when ``B H ceil(V / 32)`` walkers fill the SMs, else
+    enough segments for ``RESIDENT_DELTA`` (delta family) or ``RESIDENT_ADD`` walkers per SM, each segment at
+    least ``MIN_SEG_CHUNKS`` chunks long."""
+    n_sm = _sm_count() if n_sm is None else n_sm
+    walkers = B * H * cdiv(V, ENGINE_BV)
+    if walkers >= n_sm or walkers == 0:
+        return 1
+    ns = cdiv((RESIDENT_DELTA if delta else RESIDENT_ADD) * n_sm, walkers)
+    return max(1, min(ns, T // (MIN_SEG_CHUNKS * chunk_size)))
+
+
+def plan_segments(T, chunk_size, num_segments):
+    """(NS, L): segment length L = ceil(T / num_segments) (rounded up to a multiple of the chunk when that keeps
+    the count), NS = ceil(T / L); the last segment is shorter when L does not divide T."""
+    ns = max(1, min(int(num_segments), max(T, 1)))
+    seg_len = cdiv(max(T, 1), ns)
+    aligned = min(cdiv(seg_len, chunk_size) * chunk_size, max(T, 1))
+    if cdiv(T, aligned) == ns:
+        seg_len = aligned
+    return cdiv(max(T, 1), seg_len), seg_len
+
+
+# Scan cost constants (microseconds), fitted to phase 2 alone at B1 H2 K=V=128, NS = 16 .. 264, in
+# figures/data/probes/h200_r4_scan_probe.json ("phase2_*" records; tools/r4_scan_probe.py).
+LAUNCH_US = 4.0  # one launch and drain
+CHAIN_STEP_US_K128 = 175.0  # one chain step of the delta family at K = 128 (latency bound; scales as K^2)
+TREE_GFLOPS = 8000.0  # the tree's tiled matmul over the whole GPU, counted as 2 K^2 (K + V) B H NS per level
+ADD_STEP_US = 0.4  # one chain step of the additive family (one load and one FMA per thread)
+COPY_GBPS = 3000.0  # element-wise passes over the state buffers (the additive tree's measured times, which
+# include allocating its ping-pong buffers, lie above this estimate: the chain is chosen either way)
+
+
+def _scan_cost_us(kind, B, H, K, V, ns, delta):
+    """Estimated time of phase 2 in microseconds (see choose_scan)."""
+    levels = max(1, math.ceil(math.log2(ns)))
+    if delta:
+        if kind == "chain":
+            return LAUNCH_US + (ns - 1) * CHAIN_STEP_US_K128 * (K / 128) ** 2
+        flops = 2.0 * K * K * (K + V) * B * H * ns * levels
+        return (levels + 1) * LAUNCH_US + flops / (TREE_GFLOPS * 1e3)
+    if kind == "chain":
+        return LAUNCH_US + ns * ADD_STEP_US
+    level_bytes = 2.0 * 4 * B * ns * H * K * V  # each level reads and writes every segment's state
+    return (levels + 1) * LAUNCH_US + levels * level_bytes / (COPY_GBPS * 1e3) + ns * ADD_STEP_US
+
+
+def choose_scan(B, H, K, V, ns, delta):
+    """"tree" or "chain", whichever :func:`_scan_cost_us` estimates faster (the chain on a tie)."""
+    chain = _scan_cost_us("chain", B, H, K, V, ns, delta)
+    tree = _scan_cost_us("tree", B, H, K, V, ns, delta)
+    return "tree" if tree < chain else "chain"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# launching
+# ----------------------------------------------------------------------------------------------------------
+def _launch_1d(n):
+    return max(1, min(cdiv(n, THREADS), 65535))
+
+
+def _scan(p, m, h0, x, ht, kind, delta, has_g, stream):
+    """Phase 2: X [B, NS, H, K, V] and ht from phase 1's P (and the decays m)."""
+    B, NS, H, K, W = p.shape
+    V = x.shape[4]
+    BH = B * H
+    has_h0, has_ht = h0 is not None, ht is not None
+    h0d, htd = or_dummy(h0, 4), or_dummy(ht, 4)
+    if delta:
+        if kind == "chain":
+            _chain_delta_kernel(has_h0, has_ht)[(cdiv(V, CHAIN_BV), BH), (CHAIN_BV, CHAIN_ROWS), stream](p, h0d, x, htd)
+            return
+        src, dst = p, cuda.device_array(p.shape, np.float32, stream=stream)
+        d = 1
+        while d < NS:
+            ncols = W if 2 * d < NS else V  # the last level needs only the S columns
+            tiles = cdiv(K, TM) * cdiv(ncols, TN)
+            _tree_delta_kernel()[(tiles, NS, BH), (16, 16), stream](src, dst, d, ncols)
+            src, dst = dst, src
+            d *= 2
+        _finish_delta_kernel(has_h0, has_ht)[(cdiv(K * V, THREADS), BH), THREADS, stream](src, h0d, x, htd)
+        return
+    md = or_dummy(m, 3)
+    if kind == "chain":
+        _chain_add_kernel(has_g, has_h0, has_ht)[(cdiv(K * V, THREADS), BH), THREADS, stream](p, md, h0d, x, htd)
+        return
+    src, dst = p, cuda.device_array(p.shape, np.float32, stream=stream)
+    msrc, mdst = md, (cuda.device_array(m.shape, np.float32, stream=stream) if has_g else md)
+    d = 1
+    while d < NS:
+        _tree_add_kernel(has_g)[(cdiv(K * V, THREADS), NS, BH), THREADS, stream](src, msrc, dst, mdst, d)
+        src, dst = dst, src
+        msrc, mdst = mdst, msrc
+        d *= 2
+    _finish_add_kernel(has_g, has_h0, has_ht)[(cdiv(K * V, THREADS), BH), THREADS, stream](src, msrc, h0d, x, htd)
+
+
+def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_segments=None, scan=None,
+            engine=None):
+    """Launch the three phases of the module docstring (the rung contract: :mod:`linattn_numba.rungs`).
+
+    Keyword extensions: ``num_segments`` (default :data:`NUM_SEGMENTS`, else :func:`choose_num_segments`),
+    ``scan`` ("tree" / "chain"; default :data:`SCAN`, else :func:`choose_scan`), ``engine`` (a rung name;
+    default the first registered of :data:`ENGINES`). ``o=None`` computes only ``ht`` (phase 3 is skipped).
+    With one segment this is the engine's ``forward``. ``h0`` and ``ht`` may be the same array.
+    """
+    B, T, H, K = q.shape
+    V = v.shape[3]
+    if chunk_size not in CHUNK_SIZES:
+        raise ValueError(f"rung {NAME!r}: chunk_size must be one of {CHUNK_SIZES}, got {chunk_size!r}")
+    if K > MAX_K:
+        raise ValueError(f"rung {NAME!r} supports K <= {MAX_K}, got K={K}")
+    scan = SCAN if scan is None else scan
+    if scan is not None and scan not in SCAN_KINDS:
+        raise ValueError(f"rung {NAME!r}: scan must be one of {SCAN_KINDS} or None, got {scan!r}")
+    num_segments = NUM_SEGMENTS if num_segments is None else num_segments
+    if num_segments is not None and (isinstance(num_segments, bool) or int(num_segments) != num_segments
+                                     or num_segments < 1):
+        raise ValueError(f"rung {NAME!r}: num_segments must be a positive integer, got {num_segments!r}")
+    C = int(chunk_size)
+    eng = engine_module(K, V, C, engine)
+    if num_segments is None:
+        num_segments = choose_num_segments(B, T, H, K, V, C, beta is not None)
+    NS, L = plan_segments(T, C, num_segments)
+    if NS == 1 or B * H * K * V == 0 or (o is None and ht is None):
+        if o is not None or ht is not None:
+            eng.forward(q, k, v, g, beta, o, h0, ht, scale, C, stream)
+        return
+    has_g, delta = g is not None, beta is not None
+    W = V + K if delta else V
+
+    # phase 1: every segment's local final state (and, delta rule, its transition M), all at once
+    p = cuda.device_array((B, NS, H, K, W), np.float32, stream=stream)
+    m = None
+    if delta:
+        vaug = cuda.device_array((B, T, H, W), np.float32, stream=stream)
+        _vaug_kernel()[_launch_1d(vaug.size), THREADS, stream](v, vaug)
+        init = cuda.device_array((B, NS, H, K, W), np.float32, stream=stream)
+        _init_kernel(h0 is not None)[_launch_1d(init.size), THREADS, stream](or_dummy(h0, 4), init, V)
+        v1, h01 = vaug, init
+    else:
+        v1, h01 = v, None
+        if has_g:
+            m = cuda.device_array((B, NS, H), np.float32, stream=stream)
+            _segsum_kernel()[(NS, B * H), SEGSUM_THREADS, stream](g, m, L)
+
+    def phase1(qs, ks, vs, gs, bs, h0s, hts):
+        eng.forward(qs, ks, vs, gs, bs, None, h0s, hts, scale, C, stream)
+
+    _run_segments(phase1, B, T, L, [q, k, v1, g, beta], [h01, p])
+
+    # phase 2: the start state of every segment, and ht
+    x = cuda.device_array((B, NS, H, K, V), np.float32, stream=stream)
+    kind = scan if scan is not None else choose_scan(B, H, K, V, NS, delta)
+    _scan(p, m, h0, x, ht, kind, delta, has_g, stream)
+
+    # phase 3: every segment's outputs from its true start state
+    if o is not None:
+        def phase3(qs, ks, vs, gs, bs, os_, xs):
+            eng.forward(qs, ks, vs, gs, bs, os_, xs, None, scale, C, stream)
+
+        _run_segments(phase3, B, T, L, [q, k, v, g, beta, o], [x])
+
+
+def compile_targets():
+    """``(label, py_func, argtypes)`` for r4's own kernels (the engine's are the engine rung's targets)."""
+    i64 = types.int64
+    s3, s4, s5 = (array_type(np.float32, n, "C") for n in (3, 4, 5))
+    a3, a4 = array_type(np.float32, 3), array_type(np.float32, 4)
+    for dtype in INPUT_DTYPES:
+        yield f"vaug[{np.dtype(dtype).name}]", _vaug_kernel().py_func, (array_type(dtype, 4), s4)
+    for has_h0 in (False, True):
+        yield f"init[h0={int(has_h0)}]", _init_kernel(has_h0).py_func, (a4 if has_h0 else s4, s5, i64)
+    yield "segsum", _segsum_kernel().py_func, (a3, s3, i64)
+    for has_g in (False, True):
+        yield f"tree_add[g={int(has_g)}]", _tree_add_kernel(has_g).py_func, (s5, s3, s5, s3, i64)
+    yield "tree_delta", _tree_delta_kernel().py_func, (s5, s5, i64, i64)
+    for has_h0 in (False, True):
+        for has_ht in (False, True):
+            h0_t = a4 if has_h0 else s4
+            ht_t = a4 if has_ht else s4
+            flags = f"h0={int(has_h0)},ht={int(has_ht)}"
+            for has_g in (False, True):
+                yield (f"chain_add[g={int(has_g)},{flags}]", _chain_add_kernel(has_g, has_h0, has_ht).py_func,
+                       (s5, s3, h0_t, s5, ht_t))
+                yield (f"finish_add[g={int(has_g)},{flags}]", _finish_add_kernel(has_g, has_h0, has_ht).py_func,
+                       (s5, s3, h0_t, s5, ht_t))
+            yield f"chain_delta[{flags}]", _chain_delta_kernel(has_h0, has_ht).py_func, (s5, h0_t, s5, ht_t)
+            yield f"finish_delta[{flags}]", _finish_delta_kernel(has_h0, has_ht).py_func, (s5, h0_t, s5, ht_t)

@@ -1,0 +1,531 @@
+"""Rung r5, ``warp_roles``: r3's two kernels with the sequential one warp-specialised. Producer warps copy
+the next chunk into one half of a double buffer in shared memory while consumer warps compute the current one,
+and named barriers hand the halves back and forth.
+
+What changed from r3, and why
+-----------------------------
+Only the state kernel (the pass over chunks that carries S in registers and writes the output) changed. The
+intra kernel, its scratch (bcum, W, U, Q', U''), the 4x4 register-blocked product ``_mm_nn``, the 128-bit
+``ld4``/``st4`` and r3's register staging loops are r3's: they are imported, not copied, and ``launches`` takes
+the intra launch from ``r3.launches`` itself. In r3's state kernel every warp alternates between two jobs. It
+stages a chunk's rows from global into shared memory (W, Q', K and U for the gated delta rule: 104 KB per block
+per chunk), waits at ``syncthreads``, multiplies, and stages again. While its loads are in flight the block's
+FMA units idle, and the second resident block covers only part of that time. Here each warp has one job:
+
+* **consumer warps** (warps 0-7 at K = 128, BV = 32) hold S and run r3's two products on a stage that is
+  already full: P1 ``X = [W; Q'] S`` (V_new = U - W S in place of U, and o = scale (Q' S + U'')), then
+  P2 ``S <- gamma_C S + K^T diag(gamma_C / gamma) V_new``. The U'' loads for the output are issued before
+  P1's product, so they arrive while it runs;
+* **producer warps** (warps 8-11) fill the other stage with chunk c + 1: the row blocks W, Q', K (or Q, K)
+  by ``cp.async`` (16 bytes each, global -> shared without registers, so a thread keeps all of its ~50
+  copies in flight at once), the value tile and the gates through registers (r3's staging loops). Then
+  ``cp.async.wait_all`` and ``bar.arrive``.
+
+Roles over time (F_s, E_s: the FULL / EMPTY barriers of stage s; C: consumers only; ░ = waiting)::
+
+    producers │copy c0→s0│F0│copy c1→s1│F1│░E0░░░░│copy c2→s0│F0│░E1░░░│copy c3→s1│F1│ ...
+    consumers │░F0░░░░░░░░░░│P1 c0│C│P2 c0│E0│P1 c1│C│P2 c1│E1│P1 c2│C│P2 c2│E0│ ...
+                               (s0)          (s1)          (s0): F1 met at once when the copy of c1
+                                                           took less time than P1 + P2 of c0
+
+``bar.sync id, n`` waits until n threads have arrived at barrier id; ``bar.arrive id, n`` counts the caller and
+goes on. Barrier 1 + s (FULL): the producers arrive once stage s holds chunk c, the consumers wait there; it
+also orders the consumers' own S stores before P1 (every consumer takes part). Barrier 3 + s (EMPTY): the
+consumers arrive when they are done with stage s (only when chunk c + 2 exists), the producers wait there
+before refilling it. Barrier 5: consumers only, between P1 and P2 (V_new complete, S no longer read).
+Barrier 6: producers only, for the additive recurrences with gates (f_t written before the V tile is scaled
+by it). Block barriers (``syncthreads``) would make both roles wait for the slower one at every hand-over;
+named barriers let the producers run a whole stage ahead. The simulator runs them through
+:func:`linattn_numba.sim.bar_sync` / :func:`~linattn_numba.sim.bar_arrive`.
+
+Thread map, grid ``(ceil(V / BV), B H)`` as r3, block ``NCT + NPT`` threads (384 at K = 128, BV = 32):
+
+==========  ==========================  ================================================================
+role        threads                     one thread ...
+==========  ==========================  ================================================================
+consumer    tid < NCT = 32 ceil(        S[4 rg : 4 rg + 4, 4 cg : 4 cg + 4] in registers (rg = tid // (BV/4),
+            (K/4)(BV/4) / 32)           cg = tid % (BV/4)); in P1 one 4x4 tile of X (rows rr + R i); the
+                                        last warp's spare lanes (tiny K, BV) only join the barriers
+producer    NPT = 32 max(1, NCT / 64)   float4 number (j NPT + ptid) of each row block (consecutive threads,
+                                        consecutive 16 bytes), then elements of the value tile and gates
+==========  ==========================  ================================================================
+
+Shared memory, per stage: NR row blocks [C, KP] (NR = 3: W | Q' | K; 2: W | K or Q | K; 1: K), a value tile
+[C, BV], f_t and gamma_t [C], gamma_C; two stages, plus S [KP, BV]. At C = 64, K = 128, BV = 32 with the
+delta rule and output: 2 (3 * 8192 + 2048 + 132) + 4096 floats = 230,432 bytes of the 232,448 a block may
+opt in to, so one block per SM (r3: two at BV = 32; at its tuned BV = 64, one block of 512 threads). The
+rows are not padded (r3 pads them to KP + 4): in P1 the 8 threads of a quarter-warp read one row of A (a
+broadcast) and 8 consecutive float4 of S; in P2 one row of K and 8 float4 of V_new: no bank conflicts either
+way. The padding's bytes are what make two stages fit.
+
+Bytes and FLOPs per token-head, state kernel, K = V = 128, BV = 32 (4 value-tile blocks per head), float32:
+
+==========================  =============================================  ==================================
+variant                     staged into shared (every block of the head)   FLOPs
+==========================  =============================================  ==================================
+delta rule, output          W, Q', K rows: 3 x 4 x 512 B = 6 KB; U 512 B;   P1 2 x 2KV + P2 2KV = 98 k
+                            U'' read, o written 512 B each
+additive, output            Q, K rows: 4 KB; V 512 B; U'', o 512 B each    P1 2KV + P2 2KV = 66 k
+state only (delta / add.)   W, K rows 4 KB / K rows 2 KB; U or V 512 B     66 k / 33 k
+==========================  =============================================  ==================================
+
+The 4 blocks of a head read the same rows (from L2 after the first), as in r3. Per block and chunk the
+producers move 104 KB (delta rule with output) or 72 KB (additive with output).
+
+Registers (ptxas for sm_90; launch bounds 384 threads, 1 block per SM, so at most 168): 123-127 with
+float32 inputs and output, 108 state only, 128-141 with float16 inputs. No local memory, no spills. The
+producers need few registers (cp.async holds none), the consumers the same ~100 as in r3. ptxas reserves
+all 16 hardware barriers (the barrier ids are registers), harmless at one block per SM.
+
+Measured on the H200 (``linattn-numba bench --rungs shared,warp_roles --no-peers`` at B4 T8192 H16 K=V=128,
+fp32, both verified against the oracle first: ``figures/data/h200_r3_r5.json``, with r3 then at a value tile
+of BV = 32, two 256-thread blocks per SM): for the delta rule and the gated delta rule the whole forward is
+about a fifth faster than r3's, because the state kernel is about a third faster (the intra kernel is the
+same). r3's tile table then moved to BV = 64 (one 512-thread block per SM, fewer blocks staging the same
+rows: ``figures/data/probes/h200_r3_tune.json``), which closes about half of that gap; r5 at BV = 64 does not
+fit (two stages would need more than 227 KB). For plain and decay, r5 is on par with r3. The
+reasons below were not profiled (no ncu run fit the device budget). The additive state kernel stages less
+(72 KB a chunk, and r3 already hides its latency with batched loads and an L2 prefetch of the next chunk).
+Its P1 has only C rows, so half of the consumer threads idle during it (128 tiles of 4x4 for 256
+threads, the same shape as r3). And one block of 8 consumer warps per SM has half of r3's 16 warps to
+hide shared-memory latency in the product loops. So the copy is hidden, but the consumers become the
+critical path. What would help there: larger P1 tiles or two consumer groups (the "third group" for P2),
+to be checked with ``ncu`` (WarpStateStats: barrier vs. short-scoreboard stalls of the consumer warps).
+
+Numerics: the same operations in the same order as r3's state kernel (in the simulator r5's outputs equal
+r3's bit for bit); only the schedule changed.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import config, cuda, float32, types
+
+from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
+from ..reference import RECURRENCES
+from . import r3_shared as r3
+from .r3_shared import _ld4_py, _mm_nn, _st4_py, _stage_input, _stage_input4, _stage_scratch, ld4, st4
+
+NAME = "warp_roles"
+MAX_K = r3.MAX_K  # the intra kernel is r3's
+MAX_V = None  # V is tiled by both kernels
+
+CHUNK_SIZES = r3.CHUNK_SIZES
+DEFAULT_CHUNK = r3.DEFAULT_CHUNK
+BV_DEFAULT = 32  # value-tile width of the state kernel: at C = 64 two stages of it fill the 227 KB of shared memory
+SMEM_MAX = 227 * 1024  # the most dynamic shared memory one block may opt in to on the H200
+
+# named barriers (0 is __syncthreads): FULL + s "stage s is staged", EMPTY + s "stage s is free again",
+# CONS "the consumer warps among themselves", PROD "the producer warps among themselves"
+BAR_FULL = 1
+BAR_EMPTY = 3
+BAR_CONS = 5
+BAR_PROD = 6
+
+
+# ----------------------------------------------------------------------------------------------------------
+# intrinsics: named barriers and asynchronous copies (inline PTX)
+# ----------------------------------------------------------------------------------------------------------
+def _cp_async16_py(sm, i, src, idx, nbytes):
+    """``sm[i : i + 4]`` = the 4 floats of ``src`` from ``idx`` on (zeros when ``nbytes`` is 0): the
+    simulator's (synchronous) version of :func:`cp_async16`."""
+    _st4_py(sm, i, _ld4_py(src, idx) if nbytes else (0.0, 0.0, 0.0, 0.0))
+
+
+def _cp_async_wait_all_py():
+    """Nothing to wait for: the simulator's copies are synchronous."""
+
+
+if config.ENABLE_CUDASIM:
+    from ..sim import bar_arrive, bar_sync
+
+    cp_async16 = _cp_async16_py
+    cp_async_wait_all = _cp_async_wait_all_py
+else:
+    from llvmlite import ir
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    def _bar(opcode):
+        def typer(typingctx, barrier, count):
+            if not (isinstance(barrier, types.Integer) and isinstance(count, types.Integer)):
+                return None
+            sig = types.void(barrier, count)
+
+            def codegen(context, builder, sig, args):
+                i32 = ir.IntType(32)
+                ops = [context.cast(builder, a, t, types.int32) for a, t in zip(args, sig.args)]
+                fnty = ir.FunctionType(ir.VoidType(), [i32, i32])
+                # ~{memory}: the compiler must not move shared-memory accesses across the barrier
+                asm = ir.InlineAsm(fnty, f"{opcode} $0, $1;", "r,r,~{memory}", side_effect=True)
+                builder.call(asm, ops)
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return typer
+
+    bar_sync = intrinsic(_bar("bar.sync"))
+    bar_sync.__doc__ = """``bar.sync id, count``: arrive at named barrier ``id`` and wait until ``count`` threads
+    (a multiple of 32, whole warps) have arrived; orders the shared-memory accesses before it."""
+    bar_arrive = intrinsic(_bar("bar.arrive"))
+    bar_arrive.__doc__ = """``bar.arrive id, count``: count this thread's arrival at named barrier ``id`` and go on
+    without waiting (the producer half of a producer/consumer handshake)."""
+
+    @intrinsic
+    def cp_async16(typingctx, sm, i, src, idx, nbytes):
+        """``cp.async.cg.shared.global``: copy 16 bytes from ``src[idx]`` (16-byte aligned) to ``sm[i]`` without
+        passing through registers; ``nbytes`` (0 or 16) bytes are read, the rest of the 16 zero-filled. The
+        copy is complete (visible to this thread) after :func:`cp_async_wait_all`."""
+        if not isinstance(idx, types.BaseTuple) or len(idx) != src.ndim:
+            return None
+        sig = types.void(sm, i, src, idx, nbytes)
+
+        def codegen(context, builder, sig, args):
+            smty, ity, srcty, idxty, nty = sig.args
+            sary = context.make_array(smty)(context, builder, args[0])
+            dptr = cgutils.get_item_pointer(context, builder, smty, sary, [args[1]], wraparound=False)
+            gary = context.make_array(srcty)(context, builder, args[2])
+            vals = cgutils.unpack_tuple(builder, args[3], len(idxty))
+            inds = [context.cast(builder, v, t, types.intp) for v, t in zip(vals, idxty)]
+            gptr = cgutils.get_item_pointer(context, builder, srcty, gary, inds, wraparound=False)
+            i64 = ir.IntType(64)
+            n32 = context.cast(builder, args[4], nty, types.int32)
+            fnty = ir.FunctionType(ir.VoidType(), [i64, i64, ir.IntType(32)])
+            asm = ir.InlineAsm(
+                fnty,
+                "{ .reg .u64 d64, g64; .reg .u32 d32; cvta.to.shared.u64 d64, $0; cvt.u32.u64 d32, d64; "
+                "cvta.to.global.u64 g64, $1; cp.async.cg.shared.global [d32], [g64], 16, $2; }",
+                "l,l,r,~{memory}",
+                side_effect=True,
+            )
+            builder.call(asm, [builder.ptrtoint(dptr, i64), builder.ptrtoint(gptr, i64), n32])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def cp_async_wait_all(typingctx):
+        """``cp.async.wait_all``: wait until this thread's cp.async copies have landed in shared memory."""
+        sig = types.void()
+
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.VoidType(), [])
+            builder.call(ir.InlineAsm(fnty, "cp.async.wait_all;", "~{memory}", side_effect=True), [])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+
+# ----------------------------------------------------------------------------------------------------------
+# producer helpers: global -> shared, many loads in flight per thread
+# ----------------------------------------------------------------------------------------------------------
+@cuda.jit(device=True, inline="always")
+def _copy_scratch(sm, dst, src, bh, t0, nvec, ncol4, ptid, npt):
+    """``sm[dst + 4 i ..]`` = float4 number i of rows t0.. of ``src[bh]`` (C-contiguous scratch, rows of
+    ``4 ncol4`` floats), i < nvec, by cp.async: consecutive threads copy consecutive 16 bytes (coalesced), and
+    nothing waits for the data here, so every copy of the chunk is in flight at once."""
+    for i in range(ptid, nvec, npt):
+        cp_async16(sm, dst + 4 * i, src, (bh, t0 + i // ncol4, (i % ncol4) * 4), 16)
+
+
+@cuda.jit(device=True, inline="always")
+def _copy_input(sm, dst, src, b, h, t0, n, ncol, nvec, ptid, npt):
+    """Rows t0 .. t0 + C - 1 of ``src[b, :, h, :]`` (float32, 16-byte aligned rows, K a multiple of 4) into
+    ``sm[dst + t * ncol + d]`` by cp.async, zero-filled past the sequence (t >= n) and past K (d >= K)."""
+    K = src.shape[3]
+    ncol4 = ncol // 4
+    for i in range(ptid, nvec, npt):
+        t = i // ncol4
+        d = (i % ncol4) * 4
+        inside = t < n and d < K
+        # outside: read nothing (0 bytes, 16 zeros written) from a valid address, row t0 column 0
+        cp_async16(sm, dst + 4 * i, src, (b, t0 + t if inside else t0, h, d if inside else 0), 16 if inside else 0)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# kernel B, warp-specialised: producer warps stage chunk c + 1 while consumer warps compute chunk c
+# ----------------------------------------------------------------------------------------------------------
+def _state_layout(C, KP, BV, has_g, delta, out):
+    """Offsets (floats) inside one stage, the stage size, the offset of S, and the total size."""
+    NR = 1 + int(delta) + int(out)  # row blocks [C, KP]: W | Q' | K, W | K, Q | K or K
+    o_v = NR * C * KP  # value tile [C, BV]: U (delta) or V scaled by gamma_C / gamma_t
+    o_f = o_v + C * BV  # f_t = gamma_C / gamma_t, 0 past the sequence (scales V_new, or V)
+    o_gm = o_f + C  # gamma_t (additive output)
+    o_gc = o_gm + C  # gamma_C
+    stage = o_gc + 4  # a multiple of 4 floats: every stage starts 16-byte aligned
+    o_s = 2 * stage  # the state tile S [KP, BV] (P1's right-hand side), shared by both stages
+    return o_v, o_f, o_gm, o_gc, stage, o_s, o_s + KP * BV
+
+
+def _threads(KP, BV):
+    """(state-tile threads, consumer threads, producer threads): consumers a whole number of warps."""
+    nth = (KP // 4) * (BV // 4)
+    nct = 32 * cdiv(nth, 32)
+    npt = 32 * max(1, nct // 64)  # one producer warp per two consumer warps
+    return nth, nct, npt
+
+
+@functools.lru_cache(maxsize=None)
+def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
+    BV4 = BV // 4
+    NTH, NCT, NPT = _threads(KP, BV)
+    NTOT = NCT + NPT
+    O_V, O_F, O_GM, O_GC, STAGE, O_S, _ = _state_layout(C, KP, BV, has_g, delta, out)
+    P1_ROWS = C * (int(delta) + int(out))  # rows of [W; Q'] (or W, or Q) that multiply the state
+    R4 = P1_ROWS // 4
+    NT1 = R4 * BV4
+    K_OFF = (int(delta) + int(out)) * C * KP  # the K row block
+    Q_OFF = C * KP if delta else 0  # Q' (delta) or Q (additive) row block
+    NVEC = C * KP // 4
+    NVT = C * BV
+
+    def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):
+        """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk.
+
+        Threads 0 .. NCT - 1 (consumers) hold S (rows 4 rg .., columns 4 cg .. of the tile) in registers and
+        compute; threads NCT .. (producers) copy each chunk's operands into one of two shared stages.
+        Per chunk: X = [W; Q'] S (delta) or Q S, V_new = U - W S (delta) or V, o = scale (Q' S + U'') or
+        scale (diag(gamma) Q S + U''), S <- gamma_C S + K^T diag(gamma_C / gamma) V_new.
+        """
+        T, H, K = k.shape[1], k.shape[2], k.shape[3]
+        V = v.shape[3]
+        NC = (T + C - 1) // C
+        sm = cuda.shared.array(0, float32)
+        bh = cuda.blockIdx.y
+        b = bh // H
+        h = bh % H
+        v0 = cuda.blockIdx.x * BV
+        tid = cuda.threadIdx.x
+
+        if tid >= NCT:
+            # ---------------- producer warps ----------------
+            ptid = tid - NCT
+            for c in range(NC):
+                s = c % 2
+                if c >= 2:
+                    bar_sync(BAR_EMPTY + s, NTOT)  # the consumers are done with chunk c - 2 in stage s
+                base = s * STAGE
+                t0 = c * C
+                n = min(C, T - t0)
+                # row blocks by cp.async, first: nothing waits for them until the end of this iteration
+                if delta:
+                    _copy_scratch(sm, base, w, bh, t0, NVEC, KP // 4, ptid, NPT)
+                    if out:
+                        _copy_scratch(sm, base + Q_OFF, qp, bh, t0, NVEC, KP // 4, ptid, NPT)
+                if vin:
+                    if out and not delta:
+                        _copy_input(sm, base + Q_OFF, q, b, h, t0, n, KP, NVEC, ptid, NPT)
+                    _copy_input(sm, base + K_OFF, k, b, h, t0, n, KP, NVEC, ptid, NPT)
+                # gates of the chunk (f_t = gamma_C / gamma_t, 0 past the sequence; gamma_t; gamma_C)
+                b_last = bcum[bh, t0 + n - 1] if has_g else float32(0.0)
+                for t in range(ptid, C, NPT):
+                    f = float32(0.0)
+                    if t < n:
+                        f = float32(1.0)
+                        if has_g:
+                            f = math.exp(b_last - bcum[bh, t0 + t])
+                    sm[base + O_F + t] = f
+                    if has_g and out and not delta:
+                        sm[base + O_GM + t] = math.exp(bcum[bh, t0 + t])
+                if has_g and ptid == 0:
+                    sm[base + O_GC] = math.exp(b_last)
+                if has_g and not delta:
+                    bar_sync(BAR_PROD, NPT)  # f_t is read by other producers just below
+                # through registers (r3's staging loops): the value tile U (delta) or diag(f) V, and (without
+                # 16-byte rows: float16, strided or K % 4 != 0) the input row blocks
+                if delta:
+                    _stage_scratch(sm, base + O_V, BV, u, bh, t0, v0, V, C, BV, ptid, NPT, vin)
+                elif vin:
+                    _stage_input4(sm, base + O_V, BV, v, b, h, t0, n, V, v0, C, BV, ptid, NPT, has_g, base + O_F)
+                else:
+                    _stage_input(sm, base + O_V, BV, v, b, h, t0, n, V, v0, C, BV, ptid, NPT, has_g, base + O_F)
+                if not vin:
+                    if out and not delta:
+                        _stage_input(sm, base + Q_OFF, KP, q, b, h, t0, n, K, 0, C, KP, ptid, NPT, False, 0)
+                    _stage_input(sm, base + K_OFF, KP, k, b, h, t0, n, K, 0, C, KP, ptid, NPT, False, 0)
+                cp_async_wait_all()  # this thread's copies have landed ...
+                bar_arrive(BAR_FULL + s, NTOT)  # ... then: stage s holds chunk c (release: every store above)
+            return
+
+        # ---------------- consumer warps ----------------
+        cg = tid % BV4
+        rg = tid // BV4
+        own = tid < NTH  # holds a 4x4 tile of S (the rest of the last consumer warp only joins barriers)
+        S = cuda.local.array(16, float32)
+        acc = cuda.local.array(16, float32)
+        pre = cuda.local.array(16, float32)
+        for i in range(4):
+            for j in range(4):
+                S[4 * i + j] = float32(0.0)
+                if own and has_h0 and rg * 4 + i < K and v0 + cg * 4 + j < V:
+                    S[4 * i + j] = h0[b, h, rg * 4 + i, v0 + cg * 4 + j]
+        for c in range(NC):
+            s = c % 2
+            base = s * STAGE
+            t0 = c * C
+            n = min(C, T - t0)
+            if NT1 > 0 and own:
+                for i in range(4):
+                    st4(sm, O_S + (rg * 4 + i) * BV + cg * 4, (S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]))
+            # stage s staged; also orders the S stores above before every consumer's P1 (all consumers take part)
+            bar_sync(BAR_FULL + s, NTOT)
+
+            # -- P1: X = rows @ S; delta rows -> V_new (in the stage, in place of U), output rows -> o --
+            for tile in range(tid, NT1, NCT):
+                rr = tile // BV4
+                cc = tile % BV4
+                if out:  # issue the U'' loads now: they arrive while the product below runs
+                    for i in range(4):
+                        t = rr + R4 * i - (C if delta else 0)
+                        for j in range(4):
+                            col = v0 + cc * 4 + j
+                            pre[4 * i + j] = float32(0.0)
+                            if t >= 0 and t < n and col < V:
+                                pre[4 * i + j] = u2[bh, t0 + t, col]
+                for e in range(16):
+                    acc[e] = float32(0.0)
+                _mm_nn(sm, acc, base, KP, O_S, BV, rr, R4, cc * 4, KP)
+                for i in range(4):
+                    row = rr + R4 * i
+                    if delta and row < C:
+                        f = sm[base + O_F + row]
+                        for j in range(4):
+                            p = base + O_V + row * BV + cc * 4 + j
+                            sm[p] = (sm[p] - acc[4 * i + j]) * f  # this thread's own elements
+                    elif out:
+                        t = row - C if delta else row
+                        gm = float32(1.0)
+                        if has_g and not delta:
+                            gm = sm[base + O_GM + t]
+                        if t < n:
+                            for j in range(4):
+                                col = v0 + cc * 4 + j
+                                if col < V:
+                                    o[b, t0 + t, h, col] = scale * (acc[4 * i + j] * gm + pre[4 * i + j])
+            bar_sync(BAR_CONS, NCT)  # V_new complete, and every consumer is done reading S
+
+            # -- P2: S <- gamma_C S + K^T diag(gamma_C / gamma) V_new --
+            if own:
+                if has_g:
+                    gc = sm[base + O_GC]
+                    for e in range(16):
+                        S[e] *= gc
+                for t in range(n):
+                    x = ld4(sm, base + K_OFF + t * KP + rg * 4)
+                    y = ld4(sm, base + O_V + t * BV + cg * 4)
+                    for i in range(4):
+                        for j in range(4):
+                            S[4 * i + j] += x[i] * y[j]
+            if c + 2 < NC:
+                bar_arrive(BAR_EMPTY + s, NTOT)  # stage s may be refilled (with chunk c + 2)
+        if has_ht and own:
+            for i in range(4):
+                for j in range(4):
+                    if rg * 4 + i < K and v0 + cg * 4 + j < V:
+                        ht[b, h, rg * 4 + i, v0 + cg * 4 + j] = S[4 * i + j]
+
+    if config.ENABLE_CUDASIM:  # the simulator's cuda.jit takes no launch_bounds
+        return cuda.jit(state)
+    return cuda.jit(state, launch_bounds=(NTOT, 1))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# launching
+# ----------------------------------------------------------------------------------------------------------
+def value_tile(V: int, bv=None) -> int:
+    """BV: the state kernel's value-tile width (a multiple of 4), ``BV_DEFAULT`` unless given."""
+    bv = BV_DEFAULT if bv is None else int(bv)
+    if bv < 4 or bv % 4:
+        raise ValueError(f"rung {NAME!r}: the value tile must be a positive multiple of 4, got {bv}")
+    return min(bv, 4 * cdiv(max(V, 1), 4))
+
+
+def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
+    """Launch r3's intra kernel, then the warp-specialised state kernel (the rung contract).
+
+    As r3: ``o=None`` means "state only" (``ht`` must be given); ``chunk_size=None`` uses ``DEFAULT_CHUNK``;
+    ``bv`` overrides the value-tile width; ``h0`` and ``ht`` may be the same array.
+    """
+    for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv):
+        launch()
+
+
+def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
+    """``[(kernel name, launch)]``: what :func:`forward` runs, in order. Validates the arguments and allocates
+    the scratch (r3's buffers)."""
+    B, T, H, K = q.shape
+    V = v.shape[3]
+    if chunk_size is None:
+        chunk_size = DEFAULT_CHUNK
+    if chunk_size not in CHUNK_SIZES:
+        raise ValueError(f"rung {NAME!r}: chunk_size must be one of {CHUNK_SIZES}, got {chunk_size!r}")
+    if K > MAX_K:
+        raise ValueError(f"rung {NAME!r} supports K <= {MAX_K}, got K={K}")
+    if o is None and ht is None:
+        raise ValueError(f"rung {NAME!r}: with o=None (state only) ht must be given")
+    C = int(chunk_size)
+    KP = r3.padded_k(K)
+    BV = value_tile(V, bv)
+    has_g, delta, out = g is not None, beta is not None, o is not None
+    f4 = np.dtype(np.float32).itemsize
+    smem_b = _state_layout(C, KP, BV, has_g, delta, out)[-1] * f4
+    if smem_b > SMEM_MAX:
+        raise ValueError(f"rung {NAME!r}: two stages of C={C}, K={K}, value tile {BV} need {smem_b} bytes of "
+                         f"shared memory, more than {SMEM_MAX}; use a smaller chunk or value tile")
+    BH = B * H
+    if BH == 0 or V == 0:
+        return []
+    # r3's intra kernel, launched by r3's own code (which allocates the scratch it writes: fetched below by name)
+    todo = [(name, fn) for name, fn in r3.launches(q, k, v, g, beta, o, h0, ht, scale, C, stream) if name == "intra"]
+    NC = cdiv(T, C)
+    TP = NC * C
+    bcum = r3._scratch("bcum", (BH, TP), stream) if has_g and T > 0 else or_dummy(None, 2)
+    w = r3._scratch("w", (BH, TP, KP), stream) if delta and T > 0 else or_dummy(None, 3)
+    u = r3._scratch("u", (BH, TP, V), stream) if delta and T > 0 else or_dummy(None, 3)
+    qp = r3._scratch("qp", (BH, TP, KP), stream) if delta and out and T > 0 else or_dummy(None, 3)
+    u2 = r3._scratch("u2", (BH, TP, V), stream) if out and T > 0 else or_dummy(None, 3)
+    if T > 0 or ht is not None:
+        vin = T > 0 and r3._rows_aligned(q, k, v)  # 16-byte rows: cp.async for Q and K, 128-bit loads for V
+        kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin)
+        args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale))
+        _, nct, npt = _threads(KP, BV)
+        todo.append(("state", lambda: r3._launch(kern_b, (cdiv(V, BV), BH), nct + npt, smem_b, stream, args_b)))
+    return todo
+
+
+def compile_targets():
+    """``(label, py_func, argtypes)`` for every kernel variant at the default configuration (C = 64, K <= 128,
+    BV = 32): 4 recurrences x float32 / float16 inputs x output or state only, and the state kernel also
+    x h0 x ht; float32 inputs with the 16-byte producer loads (vec=1), float16 with the scalar ones (vec=0).
+    Inputs have layout "A"; scratch and stand-ins are C-contiguous float32."""
+    f32 = types.float32
+    C, KP, BV = DEFAULT_CHUNK, MAX_K, BV_DEFAULT
+    s2, s3, s4 = (array_type(np.float32, n, "C") for n in (2, 3, 4))
+    a3, a4 = array_type(np.float32, 3), array_type(np.float32, 4)
+    for dtype in INPUT_DTYPES:
+        x4 = array_type(dtype, 4)
+        vin = dtype == np.float32
+        for rec, (has_g, delta) in zip(RECURRENCES, FLAG_COMBOS):
+            tag = f"{rec},{np.dtype(dtype).name}"
+            g_t = a3 if has_g else s3
+            beta_t = a3 if delta else s3
+            for out in (True, False):
+                if has_g or delta or out:
+                    yield (f"intra[{tag},o={int(out)}]", r3._intra_kernel(C, KP, has_g, delta, out, vin).py_func,
+                           (x4, x4, x4, g_t, beta_t, s2, s3, s3, s3, s3))
+                for has_h0 in (False, True):
+                    for has_ht in (False, True):
+                        if not out and not has_ht:
+                            continue  # state only needs ht
+                        h0_t = a4 if has_h0 else s4
+                        ht_t = a4 if has_ht else s4
+                        o_t = a4 if out else s4
+                        yield (
+                            f"state[{tag},o={int(out)},h0={int(has_h0)},ht={int(has_ht)},vec={int(vin)}]",
+                            _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin).py_func,
+                            (x4, x4, x4, s2, s3, s3, s3, s3, h0_t, ht_t, o_t, f32),
+                        )

@@ -1,0 +1,243 @@
+"""Rung r3 ``shared``, called directly: its ``forward`` under the simulator against the float64 recurrence, the
+state-only mode (``o=None``) that r4 builds on, and a compile check of its largest kernels.
+
+Simulator cost grows with the number of simulated threads and barriers, so the cases are tiny and the (K, V)
+shapes and h0 / ht combinations are spread over the (recurrence, T, chunk) cases instead of multiplied with them.
+"""
+
+import os
+
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before anything imports numba (the package does)
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from linattn_numba import reference
+from linattn_numba.rungs import r3_shared as r3
+from linattn_numba.testing import TOL_FP32, rel_err
+
+REC_FLAGS = {"plain": (False, False), "decay": (True, False), "delta": (False, True), "gated_delta": (True, True)}
+T_CHUNK = [(1, 16), (37, 16), (64, 32), (45, 32)]
+KV = [(16, 8), (8, 20)]  # K > V and K < V
+H0_HT = [(True, True), (False, False), (True, False), (False, True)]
+BH = [(1, 2), (2, 1)]
+
+
+def make(B, T, H, K, V, recurrence, *, dtype=np.float32, seed=0):
+    """Unit-norm keys, g = log(uniform(0.5, 1)) (a strong decay: a wrong gate index shows), beta in [0, 1]."""
+    has_g, has_beta = REC_FLAGS[recurrence]
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, T, H, K))
+    k = rng.standard_normal((B, T, H, K))
+    k /= np.linalg.norm(k, axis=-1, keepdims=True)
+    v = rng.standard_normal((B, T, H, V))
+    g = np.log(rng.uniform(0.5, 1.0, (B, T, H))).astype(np.float32) if has_g else None
+    beta = rng.uniform(0.0, 1.0, (B, T, H)).astype(np.float32) if has_beta else None
+    h0 = (0.5 * rng.standard_normal((B, H, K, V))).astype(np.float32)
+    return dict(q=q.astype(dtype), k=k.astype(dtype), v=v.astype(dtype), g=g, beta=beta, h0=h0)
+
+
+def run(inp, chunk, with_h0=True, with_ht=True, with_o=True, scale=None, bv=None):
+    """``r3.forward`` on device copies, outputs pre-filled with NaN; checks that no input was written."""
+    B, T, H, K = inp["q"].shape
+    V = inp["v"].shape[3]
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32)) if with_o else None
+    ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32)) if with_ht else None
+    scale = K**-0.5 if scale is None else scale
+    r3.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["h0"] if with_h0 else None, ht, scale, chunk, bv=bv)
+    for n, a in inp.items():
+        if a is not None:
+            np.testing.assert_array_equal(d[n].copy_to_host(), a, err_msg=f"forward modified input {n}")
+    return (o.copy_to_host() if with_o else None), (ht.copy_to_host() if with_ht else None)
+
+
+def oracle(inp, with_h0=True, scale=None):
+    return reference.recurrent(
+        inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], scale=scale, initial_state=inp["h0"] if with_h0 else None
+    )
+
+
+def check(inp, chunk, with_h0=True, with_ht=True, bv=None, tol=TOL_FP32):
+    o, ht = run(inp, chunk, with_h0, with_ht, bv=bv)
+    o_ref, h_ref = oracle(inp, with_h0)
+    assert rel_err(o, o_ref) <= tol, f"output: rel err {rel_err(o, o_ref):.2e}"
+    if with_ht:
+        assert rel_err(ht, h_ref) <= tol, f"final state: rel err {rel_err(ht, h_ref):.2e}"
+
+
+CASES = []
+for ri, rec in enumerate(REC_FLAGS):
+    for j, (T, C) in enumerate(T_CHUNK):
+        K, V = KV[(j + ri) % 2]
+        with_h0, with_ht = H0_HT[(j + ri) % 4]
+        B, H = BH[(j // 2 + ri) % 2]
+        case_id = f"{rec}-B{B}T{T}H{H}K{K}V{V}-C{C}-h0{with_h0:d}ht{with_ht:d}"
+        CASES.append(pytest.param(rec, (B, T, H, K, V), C, with_h0, with_ht, id=case_id))
+
+
+@pytest.mark.parametrize("recurrence,shape,chunk,with_h0,with_ht", CASES)
+def test_matches_recurrent(recurrence, shape, chunk, with_h0, with_ht):
+    check(make(*shape, recurrence, seed=sum(shape) + chunk), chunk, with_h0, with_ht)
+
+
+@pytest.mark.parametrize("recurrence", ["decay", "gated_delta"])
+def test_several_value_tiles(recurrence):
+    """V = 20 in value tiles of 8: three state-kernel blocks per head, the last one partly outside V; the intra
+    kernel's 16-wide column passes (K = 12 pads to 16) also end past V."""
+    check(make(1, 40, 2, 12, 20, recurrence, seed=11), 16, bv=8)
+
+
+@pytest.mark.parametrize("recurrence", ["decay", "delta"])
+def test_rows_not_multiples_of_4(recurrence):
+    """K = 10, V = 6: float32 rows that 128-bit loads cannot read (the 32-bit staging path, partial stores)."""
+    check(make(2, 21, 1, 10, 6, recurrence, seed=14), 16)
+
+
+@pytest.mark.parametrize("recurrence", ["plain", "gated_delta"])
+def test_chunk_64(recurrence):
+    """C = 64 (the H200 default; T = 70 leaves a short last chunk), K = 24 pads to 32 columns."""
+    check(make(1, 70, 1, 24, 12, recurrence, seed=12), 64)
+
+
+@pytest.mark.parametrize("recurrence,with_h0", [("decay", True), ("delta", False), ("gated_delta", True)])
+def test_state_only(recurrence, with_h0):
+    """o=None: only the final state (what r4's scan asks for); it matches the full run's and the oracle's."""
+    inp = make(1, 37, 2, 8, 12, recurrence, seed=13)
+    o, ht = run(inp, 16, with_h0=with_h0, with_o=False)
+    assert o is None
+    _, h_ref = oracle(inp, with_h0)
+    assert rel_err(ht, h_ref) <= TOL_FP32, f"final state: rel err {rel_err(ht, h_ref):.2e}"
+    _, ht_full = run(inp, 16, with_h0=with_h0)
+    np.testing.assert_array_equal(ht, ht_full)  # same kernels, same order of operations
+
+
+@pytest.mark.parametrize("recurrence", list(REC_FLAGS))
+def test_float16_inputs(recurrence):
+    """float16 q, k, v are converted on load; the oracle sees the same rounded values, so float32 accuracy holds."""
+    check(make(1, 20, 1, 12, 20, recurrence, dtype=np.float16, seed=1), 16)
+
+
+def test_strided_inputs():
+    """q, k, v, g, beta and h0 as non-contiguous device views (layout "A"), B = H = 2."""
+    B, T, H, K, V, C = 2, 21, 2, 8, 12, 16
+    inp = make(B, T, H, K, V, "gated_delta", seed=2)
+    wide = {n: np.concatenate([a, np.full_like(a, np.nan)], axis=-1) for n, a in inp.items()}
+    d = {n: cuda.to_device(a)[..., : inp[n].shape[-1]] for n, a in wide.items()}  # every other block of columns
+    assert not d["q"].is_c_contiguous()
+    o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32))
+    ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32))
+    r3.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["h0"], ht, K**-0.5, C)
+    o_ref, h_ref = oracle(inp)
+    assert rel_err(o.copy_to_host(), o_ref) <= TOL_FP32
+    assert rel_err(ht.copy_to_host(), h_ref) <= TOL_FP32
+
+
+def test_state_in_place():
+    """h0 and ht the same array (how ``step`` uses a rung; chunk_size None there): read before overwritten."""
+    inp = make(1, 3, 2, 8, 8, "gated_delta", seed=3)
+    d = {n: cuda.to_device(a) for n, a in inp.items()}
+    o = cuda.to_device(np.full((1, 3, 2, 8), np.nan, np.float32))
+    r3.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["h0"], d["h0"], 0.5, None)
+    o_ref, h_ref = oracle(inp, scale=0.5)
+    assert rel_err(o.copy_to_host(), o_ref) <= TOL_FP32
+    assert rel_err(d["h0"].copy_to_host(), h_ref) <= TOL_FP32
+
+
+@pytest.mark.parametrize("with_h0", [True, False], ids=["h0", "no_h0"])
+def test_empty_sequence(with_h0):
+    """T = 0: no output elements; ht is h0 (or zeros)."""
+    inp = make(1, 0, 2, 8, 8, "delta")
+    o, ht = run(inp, 32, with_h0=with_h0)
+    assert o.shape == (1, 0, 2, 8)
+    np.testing.assert_array_equal(ht, inp["h0"] if with_h0 else np.zeros_like(inp["h0"]))
+
+
+@pytest.mark.parametrize("recurrence,decay", [("gated_delta", "strong"), ("delta", "none"), ("decay", "strong")])
+def test_long_sequence_stays_finite(recurrence, decay):
+    """128 tokens in 8 chunks, unit-norm keys. Strong decay: g = -20 on some tokens (exp(b_t - b_s) of in-chunk
+    differences never overflows: no exp(-b_s) anywhere). No decay: beta = 1 on every token, the delta rule's
+    hardest case (each write replaces the key's old value). Output finite and close to the oracle."""
+    inp = make(1, 128, 1, 8, 8, recurrence, seed=4)
+    if decay == "strong":
+        inp["g"][:, ::5] = -20.0
+        inp["g"][:, 30:40] = -20.0
+    else:
+        inp["beta"][:] = 1.0
+    o, ht = run(inp, 16)
+    assert np.isfinite(o).all() and np.isfinite(ht).all()
+    o_ref, h_ref = oracle(inp)
+    assert rel_err(o, o_ref) <= TOL_FP32 and rel_err(ht, h_ref) <= TOL_FP32
+
+
+def test_catches_a_wrong_answer():
+    """The comparison can fail: a delta rule run without beta (a plausible bug) is far off."""
+    inp = make(1, 16, 1, 8, 8, "delta", seed=5)
+    o, _ = run(inp, 16, with_ht=False)
+    o_wrong, _ = reference.recurrent(inp["q"], inp["k"], inp["v"], initial_state=inp["h0"])
+    assert rel_err(o, o_wrong) > 100 * TOL_FP32
+
+
+def test_rejects_bad_arguments():
+    inp = make(1, 4, 1, 8, 8, "plain")
+    for bad in (0, 8, 48, 128, 256):
+        with pytest.raises(ValueError, match="chunk_size"):
+            run(inp, bad)
+    with pytest.raises(ValueError, match="state only"):
+        run(inp, 16, with_o=False, with_ht=False)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        run(inp, 16, bv=6)
+    big = make(1, 1, 1, r3.MAX_K + 1, 4, "plain")
+    with pytest.raises(ValueError, match="K"):
+        run(big, 16)
+
+
+def test_module_contract():
+    assert r3.NAME == "shared"
+    assert r3.MAX_K == 128 and r3.MAX_V is None
+    assert {16, 32}.issubset(r3.CHUNK_SIZES) and r3.DEFAULT_CHUNK in r3.CHUNK_SIZES
+    assert all(c in r3.CHUNK_SIZES and bv % 4 == 0 for (c, _), bv in r3.BV_TABLE.items())
+    labels = [label for label, _, _ in r3.compile_targets()]
+    # per dtype and recurrence: intra with output (+ state only unless plain) and state x (4 with o, 2 without)
+    # float32 with and without 128-bit input loads, float16 without
+    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6)
+
+
+_COMPILE_SCRIPT = """
+from numba import cuda
+from linattn_numba.rungs import r3_shared as r3
+bad, local, n = [], [], 0
+for label, fn, argtypes in r3.compile_targets():
+    if "gated_delta,float16" not in label:
+        continue
+    n += 1
+    try:
+        ptx, _ = cuda.compile_ptx(fn, argtypes, cc=(9, 0))
+    except Exception as e:
+        bad.append(f"{label}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+        continue
+    if "ld.local" in ptx or "st.local" in ptx:
+        local.append(label)
+    if "ld.shared.v4.f32" not in ptx:
+        local.append(label + " (no 128-bit shared loads)")
+print(f"compiled {n - len(bad)}/{n}")
+for b in bad:
+    print("FAILED:", b)
+for label in local:
+    print("LOCAL MEMORY:", label)
+"""
+
+
+@pytest.mark.compile
+def test_largest_variants_compile_for_sm90():
+    """The gated delta rule's kernels (the largest), float16 inputs, compiled for cc 9.0 with the simulator off:
+    no local memory and 128-bit shared loads present. (tests/test_compile.py compiles every variant.)"""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    r = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "compiled 8/8" in out and "FAILED" not in out and "LOCAL MEMORY" not in out, out[-4000:]

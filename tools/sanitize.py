@@ -1,0 +1,53 @@
+"""Run rungs on a mid-size shape and check them against the oracle, for ``compute-sanitizer``.
+
+    compute-sanitizer --tool memcheck  --error-exitcode 9 python3 tools/sanitize.py --rungs chunked
+    compute-sanitizer --tool racecheck --error-exitcode 9 python3 tools/sanitize.py --rungs chunked
+    compute-sanitizer --tool synccheck --error-exitcode 9 python3 tools/sanitize.py --rungs chunked
+
+The shape is mid-size on purpose: several chunks, T not a multiple of the chunk, K != V, more than one value tile,
+with an initial and a final state, so every code path and every boundary is exercised; small enough that the
+sanitizer (100x slower or worse) finishes in a minute. Exit status 1 when a result is off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+from numba import cuda
+
+import linattn_numba as la
+from linattn_numba import reference, rungs
+from linattn_numba.testing import TOL_FP32, make_inputs, rel_err
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rungs", default=",".join(la.RUNGS))
+    p.add_argument("--recurrences", default=",".join(reference.RECURRENCES))
+    p.add_argument("--shape", default="2,300,2,64,80", help="B,T,H,K,V")
+    p.add_argument("--chunk", type=int, default=64)
+    a = p.parse_args(argv)
+    B, T, H, K, V = (int(x) for x in a.shape.split(","))
+    bad = 0
+    for r in a.rungs.split(","):
+        mod = rungs.module(r)
+        for rec in a.recurrences.split(","):
+            inp = make_inputs(B, T, H, K, V, rec, initial_state=True, seed=1)
+            d = {n: (None if x is None else cuda.to_device(x)) for n, x in inp.items()}
+            o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32))
+            ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32))
+            mod.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, K**-0.5, a.chunk)
+            o_ref, h_ref = reference.chunked(inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],
+                                             initial_state=inp["initial_state"], chunk_size=64)
+            eo, eh = rel_err(o.copy_to_host(), o_ref), rel_err(ht.copy_to_host(), h_ref)
+            ok = eo <= TOL_FP32 and eh <= TOL_FP32
+            bad += not ok
+            print(f"{r:12s} {rec:12s} output rel err {eo:.1e}  state rel err {eh:.1e}  {'ok' if ok else 'WRONG'}",
+                  flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

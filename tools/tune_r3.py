@@ -1,0 +1,85 @@
+"""Tune rung r3 ``shared`` on the GPU: time every (chunk size, value tile) candidate for each recurrence, and each
+kernel of the best one on its own; check every candidate against the float64 oracle on two heads.
+
+Usage (on the H200; tools/h200.sh shows the environment it needs)::
+
+    python3 tools/tune_r3.py [--shape B,T,H,K,V] [--recurrences plain,decay,...] [--chunks 32,64] [--bv 16,32,64]
+                             [--out tune_r3.json]
+
+Writes one JSON file: the device, the shape, and per recurrence the records {chunk, bv, median_ms, tflops,
+rel_err} plus the per-kernel split of the fastest candidate. ``r3_shared.BV_TABLE`` and ``DEFAULT_CHUNK`` are
+set from it by hand (the module docstring says so); this script does not edit the module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="4,8192,16,128,128")
+    ap.add_argument("--recurrences", default="plain,decay,delta,gated_delta")
+    ap.add_argument("--chunks", default="32,64")
+    ap.add_argument("--bv", default="16,32,64")
+    ap.add_argument("--out", default="tune_r3.json")
+    ap.add_argument("--no-check", action="store_true", help="skip the oracle check (faster)")
+    args = ap.parse_args(argv)
+
+    from numba import cuda
+
+    from linattn_numba import bench
+    from linattn_numba.rungs import r3_shared as r3
+    from linattn_numba.testing import make_inputs
+
+    B, T, H, K, V = (int(x) for x in args.shape.split(","))
+    timer = bench.Timer()
+    result = {"device": bench.device_info(), "shape": dict(B=B, T=T, H=H, K=K, V=V), "date": time.ctime(),
+              "git": bench.git_sha(), "recurrences": {}}
+    for rec in args.recurrences.split(","):
+        inp = make_inputs(B, T, H, K, V, rec, seed=0)
+        d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+        o = cuda.device_array((B, T, H, V), np.float32)
+        ht = cuda.device_array((B, H, K, V), np.float32)
+        host_args = (inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], None)
+        flops = bench.counted_flops(rec, B, T, H, K, V)
+        rows = []
+        for C in (int(x) for x in args.chunks.split(",")):
+            for bv in (int(x) for x in args.bv.split(",")):
+                row = {"chunk": C, "bv": bv}
+                try:
+                    todo = r3.launches(d["q"], d["k"], d["v"], d["g"], d["beta"], o, None, ht, K**-0.5, C, bv=bv)
+
+                    def fn(todo=todo):
+                        for _, launch in todo:
+                            launch()
+
+                    fn()
+                    cuda.synchronize()
+                    if not args.no_check:
+                        row["rel_err"] = bench.check_heads(o.copy_to_host(), ht.copy_to_host(), inp,
+                                                           [(0, 0), (B - 1, H - 1)], host_args)
+                    row.update(timer.time(fn))
+                    row["tflops"] = flops / row["median_ms"] / 1e9
+                    for name, launch in todo:  # each kernel alone (inputs as the full run left them)
+                        row[f"{name}_ms"] = timer.time(launch)["median_ms"]
+                except Exception as e:  # noqa: BLE001 - record and keep tuning
+                    row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+                rows.append(row)
+                print(rec, json.dumps(row), flush=True)
+        ok = [r for r in rows if "median_ms" in r and r.get("rel_err", 0) <= 2e-4]
+        best = min(ok, key=lambda r: r["median_ms"]) if ok else None
+        result["recurrences"][rec] = {"records": rows, "best": best}
+        print(rec, "BEST", json.dumps(best), flush=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
