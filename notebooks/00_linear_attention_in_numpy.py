@@ -255,11 +255,7 @@ display(Markdown("| T | recurrent ms | parallel ms | chunked (C=64) ms |\n|--:|-
 
 # %%
 data_dir = figures.find_data_dir()
-data = None
-try:
-    data = figures.load(data_dir) if data_dir else None
-except figures.FiguresError as e:
-    print(e)
+data = figures.load_or_explain(data_dir)
 if data is None:
     print("No bench results found (figures/data/*.json): run `linattn-numba bench` on a GPU machine.")
 else:

@@ -48,11 +48,7 @@ from linattn_numba import bench, figures, ncu, reference, rungs  # noqa: E402
 
 data_dir = figures.find_data_dir()
 root = os.path.dirname(os.path.dirname(data_dir)) if data_dir else None
-data = None
-try:
-    data = figures.load(data_dir) if data_dir else None
-except figures.FiguresError as e:
-    print(e)
+data = figures.load_or_explain(data_dir)
 print("data folder:", data_dir)
 if data is not None:
     for src in data.sources:

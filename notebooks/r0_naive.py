@@ -152,11 +152,7 @@ display(Markdown(f"| recurrence | rel err o | rel err final state | within {TOL_
 
 # %%
 data_dir = figures.find_data_dir()
-data = None
-try:
-    data = figures.load(data_dir) if data_dir else None
-except figures.FiguresError as e:
-    print(e)
+data = figures.load_or_explain(data_dir)
 std = tuple(figures.STANDARD[k] for k in "BTHKV")
 if data is None:
     print("No bench results found (figures/data/*.json): run `linattn-numba bench` on a GPU machine.")

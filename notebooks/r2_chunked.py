@@ -186,11 +186,7 @@ def r2_budget(rec, B, T, H, K, V, C, itemsize=4):
 
 
 data_dir = figures.find_data_dir()
-data = None
-try:
-    data = figures.load(data_dir) if data_dir else None
-except figures.FiguresError as e:
-    print(e)
+data = figures.load_or_explain(data_dir)
 copy_gbps, peak, peak_src = figures.ceilings(data) if data else (None, figures.DATASHEET_FP32_TFLOPS, "datasheet")
 std = tuple(figures.STANDARD[k] for k in "BTHKV")
 Bs, Ts, Hs, Ks, Vs = std

@@ -339,11 +339,7 @@ display(Markdown("| shape | recurrence | NS | engine alone | phase 1 | phase 2 (
 
 # %%
 data_dir = figures.find_data_dir()
-data = None
-try:
-    data = figures.load(data_dir) if data_dir else None
-except figures.FiguresError as e:
-    print(e)
+data = figures.load_or_explain(data_dir)
 std = tuple(figures.STANDARD[k] for k in "BTHKV")
 if data is not None:
     mine = [r for r in figures.ordered(data.records) if r.get("key") == r4.NAME]

@@ -388,11 +388,7 @@ def chunk_budget(rec, C, K, V, out=True, bv=None):
 
 
 data_dir = figures.find_data_dir()
-data = None
-try:
-    data = figures.load(data_dir) if data_dir else None
-except figures.FiguresError as e:
-    print(e)
+data = figures.load_or_explain(data_dir)
 copy_gbps, peak, peak_src = figures.ceilings(data) if data else (None, figures.DATASHEET_FP32_TFLOPS, "datasheet")
 sms = next((s["device"].get("multiprocessors") for s in (data.sources if data else []) if s.get("device")), None)
 sm_src = "from the bench JSON" if sms else "r4_scan.DEFAULT_SMS"

@@ -177,3 +177,15 @@ def test_cli(tmp_path, capsys):
     empty.mkdir()
     assert cli.main(["figures", "--data", str(empty), "--no-readme"]) == 1
     assert "no *.json" in capsys.readouterr().err
+
+
+def test_load_or_explain(tmp_path, capsys):
+    """The notebooks' loader: None (and the reason printed) instead of an exception; the data when readable."""
+    assert figures.load_or_explain(None) is None
+    assert figures.load_or_explain(str(tmp_path)) is None
+    assert "no *.json files" in capsys.readouterr().out
+    (tmp_path / "bad.json").write_text('{"no_records": 1}')
+    assert figures.load_or_explain(str(tmp_path)) is None
+    assert "not a bench result" in capsys.readouterr().out
+    data = figures.load_or_explain(figures.find_data_dir())
+    assert data is not None and data.records

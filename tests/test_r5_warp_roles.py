@@ -10,6 +10,7 @@ import os
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before anything imports numba (the package does)
 
+import functools
 import subprocess
 import sys
 
@@ -22,64 +23,20 @@ from linattn_numba.rungs import r3_shared as r3
 from linattn_numba.rungs import r5_warp_roles as r5
 from linattn_numba.testing import TOL_FP32, rel_err
 
-REC_FLAGS = {"plain": (False, False), "decay": (True, False), "delta": (False, True), "gated_delta": (True, True)}
+import chunk_helpers  # tests/chunk_helpers.py
+
 T_CHUNK = [(1, 16), (37, 16), (64, 32), (45, 32)]  # 1, 3, 2 and 2 chunks (the last one short but for T = 64)
 KV = [(16, 8), (8, 20)]  # K > V and K < V
 H0_HT = [(True, True), (False, False), (True, False), (False, True)]
 BH = [(1, 2), (2, 1)]
 
 
-def make(B, T, H, K, V, recurrence, *, dtype=np.float32, seed=0):
-    """Unit-norm keys, g = log(uniform(0.5, 1)) (a strong decay: a wrong gate index shows), beta in [0, 1]."""
-    has_g, has_beta = REC_FLAGS[recurrence]
-    rng = np.random.default_rng(seed)
-    q = rng.standard_normal((B, T, H, K))
-    k = rng.standard_normal((B, T, H, K))
-    k /= np.linalg.norm(k, axis=-1, keepdims=True)
-    v = rng.standard_normal((B, T, H, V))
-    g = np.log(rng.uniform(0.5, 1.0, (B, T, H))).astype(np.float32) if has_g else None
-    beta = rng.uniform(0.0, 1.0, (B, T, H)).astype(np.float32) if has_beta else None
-    h0 = (0.5 * rng.standard_normal((B, H, K, V))).astype(np.float32)
-    return dict(q=q.astype(dtype), k=k.astype(dtype), v=v.astype(dtype), g=g, beta=beta, h0=h0)
+REC_FLAGS, make, oracle = chunk_helpers.REC_FLAGS, chunk_helpers.make, chunk_helpers.oracle
+run = functools.partial(chunk_helpers.run, r5)  # (inp, chunk, with_h0, with_ht, with_o, scale, **forward kw)
+check = functools.partial(chunk_helpers.check, r5)
 
 
-def run(inp, chunk, with_h0=True, with_ht=True, with_o=True, scale=None, bv=None):
-    """``r5.forward`` on device copies, outputs pre-filled with NaN; checks that no input was written."""
-    B, T, H, K = inp["q"].shape
-    V = inp["v"].shape[3]
-    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
-    o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32)) if with_o else None
-    ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32)) if with_ht else None
-    scale = K**-0.5 if scale is None else scale
-    r5.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["h0"] if with_h0 else None, ht, scale, chunk, bv=bv)
-    for n, a in inp.items():
-        if a is not None:
-            np.testing.assert_array_equal(d[n].copy_to_host(), a, err_msg=f"forward modified input {n}")
-    return (o.copy_to_host() if with_o else None), (ht.copy_to_host() if with_ht else None)
-
-
-def oracle(inp, with_h0=True, scale=None):
-    return reference.recurrent(
-        inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], scale=scale, initial_state=inp["h0"] if with_h0 else None
-    )
-
-
-def check(inp, chunk, with_h0=True, with_ht=True, bv=None, tol=TOL_FP32):
-    o, ht = run(inp, chunk, with_h0, with_ht, bv=bv)
-    o_ref, h_ref = oracle(inp, with_h0)
-    assert rel_err(o, o_ref) <= tol, f"output: rel err {rel_err(o, o_ref):.2e}"
-    if with_ht:
-        assert rel_err(ht, h_ref) <= tol, f"final state: rel err {rel_err(ht, h_ref):.2e}"
-
-
-CASES = []
-for ri, rec in enumerate(REC_FLAGS):
-    for j, (T, C) in enumerate(T_CHUNK):
-        K, V = KV[(j + ri) % 2]
-        with_h0, with_ht = H0_HT[(j + ri) % 4]
-        B, H = BH[(j // 2 + ri) % 2]
-        case_id = f"{rec}-B{B}T{T}H{H}K{K}V{V}-C{C}-h0{with_h0:d}ht{with_ht:d}"
-        CASES.append(pytest.param(rec, (B, T, H, K, V), C, with_h0, with_ht, id=case_id))
+CASES = chunk_helpers.spread_cases(T_CHUNK, KV, H0_HT, BH)
 
 
 @pytest.mark.parametrize("recurrence,shape,chunk,with_h0,with_ht", CASES)
@@ -231,8 +188,9 @@ def test_module_contract():
     assert r5.MAX_K == 128 and r5.MAX_V is None
     assert {16, 32}.issubset(r5.CHUNK_SIZES) and r5.DEFAULT_CHUNK in r5.CHUNK_SIZES
     labels = [label for label, _, _ in r5.compile_targets()]
-    # per dtype and recurrence: intra with output (+ state only unless plain) and state x (4 with o, 2 without)
-    assert len(labels) == len(set(labels)) == 2 * (4 + 3 + 4 * 6)
+    # per dtype and recurrence: the state kernel x (4 with o, 2 without); the intra kernel is r3's (its targets)
+    assert len(labels) == len(set(labels)) == 2 * 4 * 6
+    assert all(label.startswith("state[") for label in labels)
 
 
 _COMPILE_SCRIPT = """

@@ -208,6 +208,13 @@ def _host(x):
     return x.detach().float().cpu().numpy()  # torch
 
 
+def wanted_peer(name: str, fla: str = "all") -> bool:
+    """Whether the fla peer ``name`` (``fla_chunk_*`` / ``fla_fused_recurrent_*``) is timed under ``--fla``."""
+    if fla not in ("all", "chunk", "fused_recurrent"):
+        raise ValueError(f"fla must be 'all', 'chunk' or 'fused_recurrent', got {fla!r}")
+    return fla == "all" or name.startswith(f"fla_{fla}_")
+
+
 def bench_shape(timer, shape, recurrence, rung_names, dtype=np.float32, peers=True, softmax=False, progress=None,
                 tol=2e-4, fla="all"):
     """Verify and time every rung (and peer) on one shape/recurrence. Returns a list of records.
@@ -241,7 +248,7 @@ def bench_shape(timer, shape, recurrence, rung_names, dtype=np.float32, peers=Tr
                       flops, nbytes, True))
     if peers:
         for name, fn in peer_mod.fla_peers(recurrence).items():
-            if fla != "all" and not name.startswith(f"fla_{fla}_"):
+            if not wanted_peer(name, fla):
                 continue
             impls.append((name, "peer", recurrence, lambda fn=fn: fn(*args, None, True), flops, nbytes, True))
         sm = peer_mod.softmax_peer() if softmax else None

@@ -132,6 +132,18 @@ def load(data_dir="figures/data") -> Data:
     return data
 
 
+def load_or_explain(data_dir) -> Data | None:
+    """:func:`load` for the notebooks: the merged data of ``data_dir``, or None (``data_dir`` None, or a folder
+    :func:`load` cannot read -- the reason is printed, so a notebook cell says what is missing and goes on)."""
+    if not data_dir:
+        return None
+    try:
+        return load(data_dir)
+    except FiguresError as e:
+        print(e)
+        return None
+
+
 def find_data_dir(start=None) -> str | None:
     """``figures/data`` of this checkout: searched from ``start`` (default: the working directory) upwards, then
     next to the package's source tree (an editable install). None when there is none."""
@@ -411,7 +423,7 @@ def plot_ladder(data: Data, path, colors=None):
     ax.set_title(f"The ladder at {shape_str(shape)}, {recs[0].get('dtype')} -- {_device_name(data, recs)}",
                  fontsize=10)
     ax.grid(axis="y", which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: bars fill the inside
     note = _untimed_note(recs)
     if note:
         fig.text(0.01, 0.005, note, fontsize=6, va="bottom", wrap=True)

@@ -281,7 +281,6 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
     K_OFF = (int(delta) + int(out)) * C * KP  # the K row block
     Q_OFF = C * KP if delta else 0  # Q' (delta) or Q (additive) row block
     NVEC = C * KP // 4
-    NVT = C * BV
 
     def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):
         """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk.
@@ -498,25 +497,20 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
 
 
 def compile_targets():
-    """``(label, py_func, argtypes)`` for every kernel variant at the default configuration (C = 64, K <= 128,
-    BV = 32): 4 recurrences x float32 / float16 inputs x output or state only, and the state kernel also
-    x h0 x ht; float32 inputs with the 16-byte producer loads (vec=1), float16 with the scalar ones (vec=0).
-    Inputs have layout "A"; scratch and stand-ins are C-contiguous float32."""
+    """``(label, py_func, argtypes)`` for every state-kernel variant at the default configuration (C = 64,
+    K <= 128, BV = 32): 4 recurrences x float32 / float16 inputs x output or state only x h0 x ht; float32 inputs
+    with the 16-byte producer loads (vec=1), float16 with the scalar ones (vec=0). The intra kernel is r3's and
+    is compiled with r3's targets. Inputs have layout "A"; scratch and stand-ins are C-contiguous float32."""
     f32 = types.float32
     C, KP, BV = DEFAULT_CHUNK, MAX_K, BV_DEFAULT
     s2, s3, s4 = (array_type(np.float32, n, "C") for n in (2, 3, 4))
-    a3, a4 = array_type(np.float32, 3), array_type(np.float32, 4)
+    a4 = array_type(np.float32, 4)
     for dtype in INPUT_DTYPES:
         x4 = array_type(dtype, 4)
         vin = dtype == np.float32
         for rec, (has_g, delta) in zip(RECURRENCES, FLAG_COMBOS):
             tag = f"{rec},{np.dtype(dtype).name}"
-            g_t = a3 if has_g else s3
-            beta_t = a3 if delta else s3
             for out in (True, False):
-                if has_g or delta or out:
-                    yield (f"intra[{tag},o={int(out)}]", r3._intra_kernel(C, KP, has_g, delta, out, vin).py_func,
-                           (x4, x4, x4, g_t, beta_t, s2, s3, s3, s3, s3))
                 for has_h0 in (False, True):
                     for has_ht in (False, True):
                         if not out and not has_ht:

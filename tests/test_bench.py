@@ -1,0 +1,42 @@
+"""``linattn-numba bench`` without a GPU: it refuses (simulator timings mean nothing), and its choices that need no
+GPU (which fla peers ``--fla`` keeps, the counted FLOPs and bytes) are checked here; the timings themselves are
+produced on the H200 (tools/h200.sh)."""
+
+import pytest
+
+from linattn_numba import bench, cli
+
+
+def test_refuses_without_a_gpu(tmp_path):
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+        cli.main(["bench", "--rungs", "naive", "--no-peers", "--out", str(tmp_path / "x.json")])
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("fla,expected", [
+    ("all", {"fla_chunk_simple_gla", "fla_fused_recurrent_simple_gla"}),
+    ("chunk", {"fla_chunk_simple_gla"}),
+    ("fused_recurrent", {"fla_fused_recurrent_simple_gla"}),
+])
+def test_fla_peer_filter(fla, expected):
+    names = ["fla_chunk_simple_gla", "fla_fused_recurrent_simple_gla"]
+    assert {n for n in names if bench.wanted_peer(n, fla)} == expected
+
+
+def test_fla_peer_filter_rejects_unknown():
+    with pytest.raises(ValueError, match="fla must be"):
+        bench.wanted_peer("fla_chunk_simple_gla", "triton")
+
+
+def test_cli_rejects_unknown_fla_choice(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--fla", "triton"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_counted_work_grows_with_the_recurrence():
+    """The delta rule counts more FLOPs than the additive recurrences at the same shape; bytes grow with T."""
+    shape = (1, 64, 2, 16, 16)
+    flops = {r: bench.counted_flops(r, *shape) for r in ("plain", "decay", "delta", "gated_delta")}
+    assert flops["delta"] > flops["plain"] > 0 and flops["gated_delta"] >= flops["delta"]
+    assert bench.counted_bytes("plain", 1, 128, 2, 16, 16) > bench.counted_bytes("plain", *shape)
