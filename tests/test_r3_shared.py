@@ -198,3 +198,20 @@ def test_largest_variants_compile_for_sm90():
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
     assert "compiled 8/8" in out and "FAILED" not in out and "LOCAL MEMORY" not in out, out[-4000:]
+
+
+def test_scratch_is_per_thread_and_stream():
+    """The scratch kept between calls is never shared by two threads or two streams (their launches could
+    interleave); one thread and stream reuses its buffer while the shape stays."""
+    import threading
+
+    a = r3._scratch("test", (2, 3), 0)
+    assert r3._scratch("test", (2, 3), 0) is a
+    assert r3._scratch("test", (2, 4), 0) is not a  # a new shape: a new buffer
+    other = {}
+    t = threading.Thread(target=lambda: other.setdefault("x", r3._scratch("test", (2, 4), 0)))
+    t.start()
+    t.join()
+    assert other["x"] is not r3._scratch("test", (2, 4), 0)
+    stream = cuda.stream()
+    assert r3._scratch("test", (2, 4), stream) is not r3._scratch("test", (2, 4), 0)
