@@ -105,6 +105,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 
 import numpy as np
 from numba import config, cuda, float32, types
@@ -701,14 +702,25 @@ def _rows_aligned(*arrays) -> bool:
 _scratch_cache = {}
 
 
+def _scratch_key(name, stream):
+    """Whose buffer: one per name, calling thread, stream and device. The intra kernel writes the scratch and the
+    state kernel reads it later on the same stream; two threads (or two streams) sharing one buffer could
+    interleave their launches (A's intra, B's intra, A's state) and read each other's data."""
+    dev = 0
+    if not config.ENABLE_CUDASIM:
+        dev = cuda.get_current_device().id
+    return name, threading.get_ident(), stream if isinstance(stream, int) else id(stream), dev
+
+
 def _scratch(name, shape, stream):
-    """A float32 device buffer kept between calls (one per name: the latest shape), so that repeated calls do
-    not pay for (and synchronise on) allocation. Calls on different streams must not overlap."""
-    hit = _scratch_cache.get(name)
+    """A float32 device buffer kept between calls (per :func:`_scratch_key`, the latest shape), so that repeated
+    calls do not pay for (and synchronise on) allocation."""
+    key = _scratch_key(name, stream)
+    hit = _scratch_cache.get(key)
     if hit is None or hit.shape != tuple(shape):
-        _scratch_cache.pop(name, None)
+        _scratch_cache.pop(key, None)
         hit = cuda.device_array(tuple(shape), np.float32, stream=stream)
-        _scratch_cache[name] = hit
+        _scratch_cache[key] = hit
     return hit
 
 
