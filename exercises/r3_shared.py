@@ -724,6 +724,21 @@ def _scratch(name, shape, stream):
     return hit
 
 
+def scratch_buffers(BH, TP, KP, V, has_g, delta, out, stream):
+    """``(bcum, w, u, qp, u2)``: what the intra kernel writes and the state kernel reads (shapes in the module
+    docstring; TP = T rounded up to whole chunks), each a kept buffer (:func:`_scratch`) when this recurrence and
+    mode use it, else a stand-in. r5 calls it too: its state kernel reads what r3's intra kernel wrote."""
+    if TP == 0:
+        return or_dummy(None, 2), or_dummy(None, 3), or_dummy(None, 3), or_dummy(None, 3), or_dummy(None, 3)
+    return (
+        _scratch("bcum", (BH, TP), stream) if has_g else or_dummy(None, 2),
+        _scratch("w", (BH, TP, KP), stream) if delta else or_dummy(None, 3),
+        _scratch("u", (BH, TP, V), stream) if delta else or_dummy(None, 3),
+        _scratch("qp", (BH, TP, KP), stream) if delta and out else or_dummy(None, 3),
+        _scratch("u2", (BH, TP, V), stream) if out else or_dummy(None, 3),
+    )
+
+
 def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
     """Launch the intra kernel, then the state kernel (the rung contract: :mod:`linattn_numba.rungs`).
 
@@ -759,11 +774,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
     TP = NC * C
     f4 = np.dtype(np.float32).itemsize
     vin = T > 0 and _rows_aligned(q, k, v)  # 128-bit loads of the inputs
-    bcum = _scratch("bcum", (BH, TP), stream) if has_g and T > 0 else or_dummy(None, 2)
-    w = _scratch("w", (BH, TP, KP), stream) if delta and T > 0 else or_dummy(None, 3)
-    u = _scratch("u", (BH, TP, V), stream) if delta and T > 0 else or_dummy(None, 3)
-    qp = _scratch("qp", (BH, TP, KP), stream) if delta and out and T > 0 else or_dummy(None, 3)
-    u2 = _scratch("u2", (BH, TP, V), stream) if out and T > 0 else or_dummy(None, 3)
+    bcum, w, u, qp, u2 = scratch_buffers(BH, TP, KP, V, has_g, delta, out, stream)
     todo = []
     if T > 0 and (has_g or delta or out):
         smem_a = _intra_layout(C, KP)[-1] * f4

@@ -73,3 +73,37 @@ def spread_cases(t_chunk, kv, h0_ht, bh):
             case_id = f"{rec}-B{B}T{T}H{H}K{K}V{V}-C{C}-h0{with_h0:d}ht{with_ht:d}"
             cases.append(pytest.param(rec, (B, T, H, K, V), C, with_h0, with_ht, id=case_id))
     return cases
+
+
+def check_strided_inputs(module, chunk=16):
+    """q, k, v, g, beta and h0 as non-contiguous device views (layout "A"), B = H = 2."""
+    B, T, H, K, V = 2, 21, 2, 8, 12
+    inp = make(B, T, H, K, V, "gated_delta", seed=2)
+    wide = {n: np.concatenate([a, np.full_like(a, np.nan)], axis=-1) for n, a in inp.items()}
+    d = {n: cuda.to_device(a)[..., : inp[n].shape[-1]] for n, a in wide.items()}  # every other block of columns
+    assert not d["q"].is_c_contiguous()
+    o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32))
+    ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32))
+    module.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["h0"], ht, K**-0.5, chunk)
+    o_ref, h_ref = oracle(inp)
+    assert rel_err(o.copy_to_host(), o_ref) <= TOL_FP32
+    assert rel_err(ht.copy_to_host(), h_ref) <= TOL_FP32
+
+
+def check_state_in_place(module, chunk):
+    """h0 and ht the same array (how ``step`` uses a rung): read before it is overwritten."""
+    inp = make(1, 3, 2, 8, 8, "gated_delta", seed=3)
+    d = {n: cuda.to_device(a) for n, a in inp.items()}
+    o = cuda.to_device(np.full((1, 3, 2, 8), np.nan, np.float32))
+    module.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["h0"], d["h0"], 0.5, chunk)
+    o_ref, h_ref = oracle(inp, scale=0.5)
+    assert rel_err(o.copy_to_host(), o_ref) <= TOL_FP32
+    assert rel_err(d["h0"].copy_to_host(), h_ref) <= TOL_FP32
+
+
+def check_empty_sequence(module, with_h0):
+    """T = 0: no output elements; ht is h0 (or zeros)."""
+    inp = make(1, 0, 2, 8, 8, "delta")
+    o, ht = run(module, inp, 32, with_h0=with_h0)
+    assert o.shape == (1, 0, 2, 8)
+    np.testing.assert_array_equal(ht, inp["h0"] if with_h0 else np.zeros_like(inp["h0"]))

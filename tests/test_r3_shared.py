@@ -81,37 +81,18 @@ def test_float16_inputs(recurrence):
 
 def test_strided_inputs():
     """q, k, v, g, beta and h0 as non-contiguous device views (layout "A"), B = H = 2."""
-    B, T, H, K, V, C = 2, 21, 2, 8, 12, 16
-    inp = make(B, T, H, K, V, "gated_delta", seed=2)
-    wide = {n: np.concatenate([a, np.full_like(a, np.nan)], axis=-1) for n, a in inp.items()}
-    d = {n: cuda.to_device(a)[..., : inp[n].shape[-1]] for n, a in wide.items()}  # every other block of columns
-    assert not d["q"].is_c_contiguous()
-    o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32))
-    ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32))
-    r3.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["h0"], ht, K**-0.5, C)
-    o_ref, h_ref = oracle(inp)
-    assert rel_err(o.copy_to_host(), o_ref) <= TOL_FP32
-    assert rel_err(ht.copy_to_host(), h_ref) <= TOL_FP32
+    chunk_helpers.check_strided_inputs(r3)
 
 
 def test_state_in_place():
     """h0 and ht the same array (how ``step`` uses a rung; chunk_size None there): read before overwritten."""
-    inp = make(1, 3, 2, 8, 8, "gated_delta", seed=3)
-    d = {n: cuda.to_device(a) for n, a in inp.items()}
-    o = cuda.to_device(np.full((1, 3, 2, 8), np.nan, np.float32))
-    r3.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["h0"], d["h0"], 0.5, None)
-    o_ref, h_ref = oracle(inp, scale=0.5)
-    assert rel_err(o.copy_to_host(), o_ref) <= TOL_FP32
-    assert rel_err(d["h0"].copy_to_host(), h_ref) <= TOL_FP32
+    chunk_helpers.check_state_in_place(r3, None)
 
 
 @pytest.mark.parametrize("with_h0", [True, False], ids=["h0", "no_h0"])
 def test_empty_sequence(with_h0):
     """T = 0: no output elements; ht is h0 (or zeros)."""
-    inp = make(1, 0, 2, 8, 8, "delta")
-    o, ht = run(inp, 32, with_h0=with_h0)
-    assert o.shape == (1, 0, 2, 8)
-    np.testing.assert_array_equal(ht, inp["h0"] if with_h0 else np.zeros_like(inp["h0"]))
+    chunk_helpers.check_empty_sequence(r3, with_h0)
 
 
 @pytest.mark.parametrize("recurrence,decay", [("gated_delta", "strong"), ("delta", "none"), ("decay", "strong")])

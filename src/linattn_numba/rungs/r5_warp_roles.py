@@ -478,15 +478,11 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
     BH = B * H
     if BH == 0 or V == 0:
         return []
-    # r3's intra kernel, launched by r3's own code (which allocates the scratch it writes: fetched below by name)
+    # r3's intra kernel, launched by r3's own code (which allocates the scratch it writes: the same buffers below)
     todo = [(name, fn) for name, fn in r3.launches(q, k, v, g, beta, o, h0, ht, scale, C, stream) if name == "intra"]
     NC = cdiv(T, C)
     TP = NC * C
-    bcum = r3._scratch("bcum", (BH, TP), stream) if has_g and T > 0 else or_dummy(None, 2)
-    w = r3._scratch("w", (BH, TP, KP), stream) if delta and T > 0 else or_dummy(None, 3)
-    u = r3._scratch("u", (BH, TP, V), stream) if delta and T > 0 else or_dummy(None, 3)
-    qp = r3._scratch("qp", (BH, TP, KP), stream) if delta and out and T > 0 else or_dummy(None, 3)
-    u2 = r3._scratch("u2", (BH, TP, V), stream) if out and T > 0 else or_dummy(None, 3)
+    bcum, w, u, qp, u2 = r3.scratch_buffers(BH, TP, KP, V, has_g, delta, out, stream)
     if T > 0 or ht is not None:
         vin = T > 0 and r3._rows_aligned(q, k, v)  # 16-byte rows: cp.async for Q and K, 128-bit loads for V
         kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin)
