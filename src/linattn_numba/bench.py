@@ -454,18 +454,22 @@ def run(args) -> dict:
     total = (len(shapes) * len(recs) * (len(rung_names) + n_fla)
              + (len(shapes) if args.softmax and not args.no_peers else 0) + (1 if args.step else 0))
     prog = Progress(total)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+
+    def save():  # after every group, so a run stopped at a time limit still leaves what it measured
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
     for shape in shapes:
         for rec in recs:
             result["records"] += bench_shape(timer, shape, rec, rung_names, peers=not args.no_peers,
                                              fla=getattr(args, "fla", "all"),
                                              softmax=args.softmax and rec == recs[0], progress=prog)
+            save()
     if args.step:
         result["records"] += bench_step(timer, peers=not args.no_peers)
         prog.step("step")
-
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+    save()
     print_table(result)
     print(f"wrote {args.out}")
     return result
