@@ -5,9 +5,11 @@
 #     tests     the GPU test tier (tests/test_gpu.py, the GPU tests of tests/test_r4_scan.py)
 #     bench     the standard shape: every rung except r0/r2 (their last records stay in figures/data), fla, SDPA,
 #               the decode step, r1's launch sweep; extra args go to this bench (e.g. --rungs ...)
-#     long      long context, B1 H2 K=V=128: decay at T = 1M, gated delta at T = 256K (r3, r4, fla chunk)
+#     long      long context, B1 H2 K=V=128: decay at T = 1M, gated delta at T = 256K (r3, r4, fla chunk);
+#               long_decay / long_gdn run one of the two
 #     sweep     time against T at B1 H16 K=V=128 (decay): r3, fla chunk, SDPA
 #     sanitize  compute-sanitizer memcheck, racecheck, synccheck on r2-r5 at a mid-size shape
+#               (SANITIZE_RUNGS overrides the rungs, SANITIZE_TIMEOUT the seconds per tool)
 #     ncu       Nsight Compute sections of r1, r3, r5 at the standard shape (CSV for linattn_numba.ncu)
 #   all = tests,bench (the old default); evidence = tests,bench,long; evidence2 = sweep,sanitize,ncu
 # Outputs go to $OUT (the device tool's folder): bench JSON named for figures/data, logs, the ncu CSV.
@@ -34,11 +36,15 @@ for m in ${modes//,/ }; do
     bench)
       bench --rungs recurrent,shared,scan,warp_roles --step --softmax --tune --out "$out/h200_ladder_$sha.json" "$@" \
         | tee "$out/bench.log" || rc=1;;
-    long)
-      bench --shape 1,1048576,2,128,128 --recurrences decay --rungs shared,scan --fla chunk \
-        --out "$out/h200_long_decay_$sha.json" | tee "$out/long_decay.log" || rc=1
-      bench --shape 1,262144,2,128,128 --recurrences gated_delta --rungs shared,scan --fla chunk \
-        --out "$out/h200_long_gdn_$sha.json" | tee "$out/long_gdn.log" || rc=1;;
+    long|long_decay|long_gdn)
+      if [ "$m" != long_gdn ]; then
+        bench --shape 1,1048576,2,128,128 --recurrences decay --rungs shared,scan --fla chunk \
+          --out "$out/h200_long_decay_$sha.json" | tee "$out/long_decay.log" || rc=1
+      fi
+      if [ "$m" != long_decay ]; then
+        bench --shape 1,262144,2,128,128 --recurrences gated_delta --rungs shared,scan --fla chunk \
+          --out "$out/h200_long_gdn_$sha.json" | tee "$out/long_gdn.log" || rc=1
+      fi;;
     sweep)
       bench --shape 1,1024,16,128,128 --shape 1,4096,16,128,128 --shape 1,16384,16,128,128 \
         --shape 1,65536,16,128,128 --recurrences decay --rungs shared --fla chunk --softmax \
@@ -46,8 +52,8 @@ for m in ${modes//,/ }; do
     sanitize)
       for tool in memcheck racecheck synccheck; do
         echo "== $tool"
-        timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tools/sanitize.py \
-          --rungs chunked,shared,scan,warp_roles 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
+        timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+          python3 tools/sanitize.py --rungs "${SANITIZE_RUNGS:-chunked,shared,scan,warp_roles}" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
         echo "exit status ${PIPESTATUS[0]}"
       done 2>&1 | tee "$out/h200_sanitize.txt";;
     ncu)

@@ -28,6 +28,10 @@ def main(argv=None) -> int:
     p.add_argument("--recurrences", default=",".join(reference.RECURRENCES))
     p.add_argument("--shape", default="2,300,2,64,80", help="B,T,H,K,V")
     p.add_argument("--chunk", type=int, default=64)
+    p.add_argument("--segments", type=int, default=3,
+                   help="r4 scan's segment count (its cost model would pick 1 here; 3 runs all three phases "
+                        "and the scan, with a shorter tail segment)")
+    p.add_argument("--scan", default="tree", choices=("tree", "chain"), help="r4 scan's phase 2")
     a = p.parse_args(argv)
     B, T, H, K, V = (int(x) for x in a.shape.split(","))
     bad = 0
@@ -38,7 +42,9 @@ def main(argv=None) -> int:
             d = {n: (None if x is None else cuda.to_device(x)) for n, x in inp.items()}
             o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32))
             ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32))
-            mod.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, K**-0.5, a.chunk)
+            extra = {"num_segments": a.segments, "scan": a.scan} if r == "scan" else {}
+            mod.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, K**-0.5, a.chunk,
+                        **extra)
             o_ref, h_ref = reference.chunked(inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],
                                              initial_state=inp["initial_state"], chunk_size=64)
             eo, eh = rel_err(o.copy_to_host(), o_ref), rel_err(ht.copy_to_host(), h_ref)
