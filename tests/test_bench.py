@@ -40,3 +40,32 @@ def test_counted_work_grows_with_the_recurrence():
     flops = {r: bench.counted_flops(r, *shape) for r in ("plain", "decay", "delta", "gated_delta")}
     assert flops["delta"] > flops["plain"] > 0 and flops["gated_delta"] >= flops["delta"]
     assert bench.counted_bytes("plain", 1, 128, 2, 16, 16) > bench.counted_bytes("plain", *shape)
+
+
+@pytest.mark.parametrize("argv,expected", [([], None), (["--tune"], "all"), (["--tune", "step"], "step"),
+                                           (["--tune", "seq"], "seq")])
+def test_tune_choice_reaches_the_bench(monkeypatch, argv, expected):
+    seen = []
+    monkeypatch.setattr(bench, "run", lambda args: seen.append(args.tune))
+    assert cli.main(["bench", *argv]) == 0
+    assert seen == [expected]
+
+
+def test_cli_rejects_unknown_tune_choice(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--tune", "everything"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_step_tune_configs_are_valid():
+    """Every (SW, CS, SMB, VEC) of the step sweep is a launch r1 accepts: K = 128 splits evenly over SW warps,
+    at most 1024 threads per block, VEC is 0 or 1."""
+    for sw, cs, smb, vec in bench.STEP_CONFIGS:
+        assert 128 % sw == 0 and sw * 32 <= 1024 and cs >= 1 and smb >= 1 and vec in (0, 1)
+
+
+def test_only_step_flag_reaches_the_bench(monkeypatch):
+    seen = []
+    monkeypatch.setattr(bench, "run", lambda args: seen.append((args.only_step, args.tune)))
+    assert cli.main(["bench", "--only-step", "--tune", "step"]) == 0
+    assert seen == [(True, "step")]

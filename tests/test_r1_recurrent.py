@@ -61,6 +61,60 @@ def test_step_kernel_launch_shapes(knobs):
     assert e_o <= TOL_FP32 and e_h <= TOL_FP32, (e_o, e_h)
 
 
+STEP_VEC_CASES = [
+    # shape (B, T=1, H, K, V), knobs: the 128-bit step (V % 4 == 0, aligned float32 state rows)
+    ((2, 1, 1, 12, 136), dict(sw=2, smb=1)),  # two 128-column tiles, the second 8 columns wide; 6 rows per warp
+    ((1, 1, 2, 12, 72), dict(sw=4, smb=1)),  # lanes past V = 72 load clamped columns and store nothing
+    ((1, 1, 1, 10, 8), dict(sw=4, smb=1)),  # K = 10 over 4 warps of 3 rows: the last rows are padding
+]
+
+
+def _spy(monkeypatch, name):
+    """Record the calls of r1's kernel factory ``name`` (to know which step kernel a launch used)."""
+    calls = []
+    real = getattr(r1, name)
+
+    def wrapper(*a):
+        calls.append(a)
+        return real(*a)
+
+    monkeypatch.setattr(r1, name, wrapper)
+    return calls
+
+
+@pytest.mark.parametrize("recurrence", ["plain", "decay", "delta", "gated_delta"])
+@pytest.mark.parametrize("shape,knobs", STEP_VEC_CASES, ids=str)
+def test_vector_step_kernel(monkeypatch, shape, knobs, recurrence):
+    calls = _spy(monkeypatch, "_step_kernel_vec")
+    e_o, e_h = _run(shape, recurrence, seed=5, **knobs)
+    assert calls, "the 128-bit step kernel was not used"
+    assert e_o <= TOL_FP32 and e_h <= TOL_FP32, (e_o, e_h)
+
+
+def test_vector_step_falls_back_on_unaligned_state_rows(monkeypatch):
+    """State rows that do not start on 16-byte boundaries (a view of a wider buffer) take the scalar kernel, in
+    place, and the columns outside the view are left alone."""
+    B, H, K, V = 1, 2, 8, 8
+    inp = make_inputs(B, 1, H, K, V, "gated_delta", initial_state=True, seed=6)
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    wide = np.full((B, H, K, V + 1), 7.0, np.float32)
+    wide[..., :V] = inp["initial_state"]
+    wide_d = cuda.to_device(wide)
+    state = wide_d[..., :V]  # row stride 36 bytes
+    assert not r1._state_rows_aligned(state)
+    vec_calls = _spy(monkeypatch, "_step_kernel_vec")
+    scalar_calls = _spy(monkeypatch, "_step_kernel")
+    o = cuda.to_device(np.full((B, 1, H, V), np.nan, np.float32))
+    r1.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, state, state, K**-0.5)
+    assert scalar_calls and not vec_calls
+    o_ref, h_ref = reference.recurrent(inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],
+                                       initial_state=inp["initial_state"])
+    got = wide_d.copy_to_host()
+    assert rel_err(o.copy_to_host(), o_ref) <= TOL_FP32
+    assert rel_err(got[..., :V], h_ref) <= TOL_FP32
+    assert np.all(got[..., V] == 7.0)
+
+
 def test_more_columns_per_lane_than_lanes_is_rejected():
     inp = make_inputs(1, 4, 1, 8, 8, "plain")
     d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}

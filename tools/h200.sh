@@ -7,6 +7,8 @@
 #               the decode step, r1's launch sweep; extra args go to this bench (e.g. --rungs ...)
 #     long      long context, B1 H2 K=V=128: decay at T = 1M, gated delta at T = 256K (r3, r4, fla chunk);
 #               long_decay / long_gdn run one of the two
+#     step      the decode step alone, after a sweep of its launch choices (bench --only-step --tune step)
+#     long_scaling  B1 H2 K=V=128 at shorter T (decay 64K, 256K; gated delta 64K) for the long-context curve
 #     sweep     time against T at B1 H16 K=V=128 (decay): r3, fla chunk, SDPA
 #     sanitize  compute-sanitizer memcheck, racecheck, synccheck on r2-r5 at a mid-size shape
 #               (SANITIZE_RUNGS overrides the rungs, SANITIZE_TIMEOUT the seconds per tool)
@@ -45,6 +47,13 @@ for m in ${modes//,/ }; do
         bench --shape 1,262144,2,128,128 --recurrences gated_delta --rungs shared,scan --fla chunk \
           --out "$out/h200_long_gdn_$sha.json" | tee "$out/long_gdn.log" || rc=1
       fi;;
+    step)
+      bench --only-step --tune step --out "$out/h200_step_$sha.json" | tee "$out/step.log" || rc=1;;
+    long_scaling)
+      bench --shape 1,65536,2,128,128 --shape 1,262144,2,128,128 --recurrences decay --rungs shared,scan \
+        --fla chunk --out "$out/h200_long_scaling_decay_$sha.json" | tee "$out/long_scaling.log" || rc=1
+      bench --shape 1,65536,2,128,128 --recurrences gated_delta --rungs shared,scan --fla chunk \
+        --out "$out/h200_long_scaling_gdn_$sha.json" | tee -a "$out/long_scaling.log" || rc=1;;
     sweep)
       bench --shape 1,1024,16,128,128 --shape 1,4096,16,128,128 --shape 1,16384,16,128,128 \
         --shape 1,65536,16,128,128 --recurrences decay --rungs shared --fla chunk --softmax \

@@ -344,8 +344,10 @@ TUNE_CONFIGS = (  # (COLS, NW, TC, NS) for r1 (COLS <= NS)
     (2, 8, 32, 8), (1, 8, 32, 4), (1, 8, 32, 8), (2, 4, 32, 8), (2, 8, 16, 8), (1, 4, 32, 8),
     (2, 8, 32, 4), (2, 8, 32, 16), (4, 8, 32, 16), (1, 4, 32, 4),
 )
-STEP_CONFIGS = (  # (SW, CS, SMB) for r1's decode step: warps splitting K, columns per lane, blocks per SM
-    (8, 4, 2), (8, 2, 2), (4, 2, 3), (8, 1, 2), (16, 4, 1), (4, 4, 2), (8, 1, 3),
+STEP_CONFIGS = (  # (SW, CS, SMB, VEC) for r1's decode step: warps splitting K, columns per lane, blocks per SM,
+    # 128-bit state loads (VEC = 1: 4 columns per lane, CS is not used)
+    (8, 4, 2, 1), (8, 4, 3, 1), (16, 4, 2, 1), (32, 4, 1, 1), (16, 4, 1, 1),
+    (8, 4, 2, 0), (8, 2, 2, 0), (4, 2, 3, 0),
 )
 
 
@@ -391,17 +393,18 @@ def tune_step(timer, shape=DECODE, recurrence="gated_delta", configs=STEP_CONFIG
     d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
     o = cuda.device_array((B, 1, H, V), np.float32)
     out = []
-    for sw, cs, smb in configs:
-        rec = {"key": "step", "sw": sw, "cs": cs, "smb": smb, "recurrence": recurrence,
+    for sw, cs, smb, vec in configs:
+        rec = {"key": "step", "sw": sw, "cs": cs, "smb": smb, "vec": vec, "recurrence": recurrence,
                "shape": dict(B=B, T=1, H=H, K=K, V=V)}
         try:
             st = cuda.to_device(inp["initial_state"])  # one step from the initial state, checked, then timed
             r1_recurrent.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, st, st, K**-0.5, sw=sw, cs=cs,
-                                 smb=smb)
+                                 smb=smb, vec=bool(vec))
             rec["rel_err"] = check_heads(o.copy_to_host(), st.copy_to_host(), inp, [(0, 0), (B - 1, H - 1)],
                                          (inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], inp["initial_state"]))
             rec.update(timer.time(lambda: r1_recurrent.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, st, st,
-                                                               K**-0.5, sw=sw, cs=cs, smb=smb)))
+                                                               K**-0.5, sw=sw, cs=cs, smb=smb,
+                                                               vec=bool(vec))))
             rec["gbps"] = 2.0 * B * H * K * V * 4 / rec["median_ms"] / 1e6
         except Exception as e:  # noqa: BLE001
             rec["error"] = f"{type(e).__name__}: {e}"
@@ -425,7 +428,8 @@ def apply_best(tune):
     if step:
         b = min(step, key=lambda r: r["median_ms"])
         r1_recurrent.SW, r1_recurrent.CS, r1_recurrent.SMB = b["sw"], b.get("cs", 1), b.get("smb", 1)
-        chosen.update(sw=b["sw"], cs=b.get("cs", 1), smb=b.get("smb", 1))
+        r1_recurrent.STEP_VEC = bool(b.get("vec", 0))
+        chosen.update(sw=b["sw"], cs=b.get("cs", 1), smb=b.get("smb", 1), vec=b.get("vec", 0))
     return chosen
 
 
@@ -448,8 +452,11 @@ def run(args) -> dict:
               "records": []}
     result["records"].append(bench_copy(timer))
     if args.tune:  # first, so the sweep below runs r1 with the launch shape this device prefers
-        result["tune"] = tune_recurrent(timer) + tune_step(timer)
+        result["tune"] = ((tune_recurrent(timer) if args.tune in ("all", "seq", True) else [])
+                          + (tune_step(timer) if args.tune in ("all", "step", True) else []))
         result["tuned_defaults"] = apply_best(result["tune"])
+    if getattr(args, "only_step", False):
+        shapes, args.step = [], True
     n_fla = 0 if args.no_peers else (2 if getattr(args, "fla", "all") == "all" else 1)
     total = (len(shapes) * len(recs) * (len(rung_names) + n_fla)
              + (len(shapes) if args.softmax and not args.no_peers else 0) + (1 if args.step else 0))
@@ -495,5 +502,5 @@ def print_table(result):
     if "tuned_defaults" in result:
         print(f"r1 launch defaults used for the sweep (fastest tuned): {result['tuned_defaults']}")
     for r in result.get("tune", []):
-        knobs = " ".join(f"{k}={r[k]}" for k in ("cols", "nw", "tc", "ns", "sw") if k in r)
+        knobs = " ".join(f"{k}={r[k]}" for k in ("cols", "nw", "tc", "ns", "sw", "cs", "smb", "vec") if k in r)
         print(f"tune {r['key']} {knobs}: {r.get('median_ms', float('nan')):.3f} ms {r.get('error', '')}")

@@ -117,7 +117,11 @@ def main(argv=None) -> int:
                         "and Triton autotunes each kernel for about a minute on first use)")
     b.add_argument("--softmax", action="store_true", help="also time causal softmax attention (torch SDPA)")
     b.add_argument("--step", action="store_true", help="also time the decode step at B256 H16 K=V=128")
-    b.add_argument("--tune", action="store_true", help="also sweep r1's (COLS, NW) launch choices")
+    b.add_argument("--only-step", action="store_true",
+                   help="measure only the decode step (with --step implied) and the copy, no sequence shapes")
+    b.add_argument("--tune", nargs="?", const="all", choices=("all", "seq", "step"), default=None,
+                   help="also sweep r1's launch choices first: the sequence kernel's (seq), the decode step's "
+                        "(step) or both (all, the default when the flag has no value)")
     b.add_argument("--out", default="figures/data/bench.json", help="JSON output path")
     c = sub.add_parser("compile-check", help="compile every kernel for sm_90 (no GPU needed)")
     c.add_argument("rungs", nargs="*")

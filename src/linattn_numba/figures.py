@@ -570,44 +570,51 @@ def plot_roofline(data: Data, path, colors=None):
 
 def plot_long_context(data: Data, path, colors=None, recurrence=None):
     """Time and throughput against T for every implementation measured at T >= 65536 (and at shorter T of the
-    same B, H, K, V, dtype), for one recurrence (default: gated_delta when it has long records) and softmax."""
+    same B, H, K, V, dtype): one row of two panels per recurrence that has long records (or only
+    ``recurrence``), softmax SDPA beside each when it was measured on that group."""
     colors = colors or _Colors()
     longs = [r for r in data.records if timed(r) and shape_tuple(r) and shape_tuple(r)[1] >= LONG_T]
     if not longs:
         return None, (f"skipped long_context.png: no timed records with T >= {LONG_T} in the data "
                       f"(e.g. `linattn-numba bench --shape 1,131072,16,128,128`)")
-    if recurrence is None:
-        have = [x for x in RECURRENCES if any(r.get("recurrence") == x for r in longs)]
-        recurrence = "gated_delta" if "gated_delta" in have else (have[0] if have else None)
-    longs = [r for r in longs if r.get("recurrence") in (recurrence, "softmax")]
-    grp = _group_for_T(longs)
-    sel = [r for r in data.records if timed(r) and shape_tuple(r) and shape_tuple(r)[1] > 1
-           and r.get("recurrence") in (recurrence, "softmax")
-           and (shape_tuple(r)[0], *shape_tuple(r)[2:], r.get("dtype")) == grp]
-    series = {}
-    for r in sel:
-        series.setdefault((r["key"], r.get("recurrence")), []).append(r)
-    fig = _figure(10.0, 4.4)
-    ax1, ax2 = fig.subplots(1, 2)
-    for (key, rec), rs in sorted(series.items(), key=lambda kv: (str(kv[0][1]), kv[0][0])):
-        rs.sort(key=lambda r: shape_tuple(r)[1])
-        T = [shape_tuple(r)[1] for r in rs]
-        ms = [r["median_ms"] for r in rs]
-        B = shape_tuple(rs[0])[0]
-        mk = _REC_MARKERS.get(rec, "s")
-        ax1.plot(T, ms, marker=mk, color=colors(key), label=f"{key} ({rec})")
-        ax2.plot(T, [B * t / m / 1e3 for t, m in zip(T, ms)], marker=mk, color=colors(key))
-    B, H, K, V, dt = grp
-    for ax in (ax1, ax2):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("sequence length T (tokens)")
-        ax.grid(which="both", alpha=0.3)
-    ax1.set_yscale("log")
-    ax1.set_ylabel("median time per call (ms)")
-    ax2.set_yscale("log")
-    ax2.set_ylabel("throughput (million tokens / s, all B)")
-    ax1.legend(fontsize=7)
-    fig.suptitle(f"Long context, {recurrence}, B{B} H{H} K{K} V{V} {dt} -- {_device_name(data, sel)}", fontsize=10)
+    have = [x for x in RECURRENCES if any(r.get("recurrence") == x for r in longs)]
+    recs = [recurrence] if recurrence is not None else (have or [None])
+    fig = _figure(10.0, 3.9 * len(recs) + 0.5)
+    axes = fig.subplots(len(recs), 2, squeeze=False)
+    devices = []
+    for (ax1, ax2), rec_name in zip(axes, recs):
+        mine = [r for r in longs if r.get("recurrence") in (rec_name, "softmax")]
+        grp = _group_for_T(mine)
+        sel = [r for r in data.records if timed(r) and shape_tuple(r) and shape_tuple(r)[1] > 1
+               and r.get("recurrence") in (rec_name, "softmax")
+               and (shape_tuple(r)[0], *shape_tuple(r)[2:], r.get("dtype")) == grp]
+        devices += sel
+        series = {}
+        for r in sel:
+            series.setdefault((r["key"], r.get("recurrence")), []).append(r)
+        for (key, rec), rs in sorted(series.items(), key=lambda kv: (str(kv[0][1]), kv[0][0])):
+            rs.sort(key=lambda r: shape_tuple(r)[1])
+            T = [shape_tuple(r)[1] for r in rs]
+            ms = [r["median_ms"] for r in rs]
+            B = shape_tuple(rs[0])[0]
+            mk = _REC_MARKERS.get(rec, "s")
+            ax1.plot(T, ms, marker=mk, color=colors(key), label=f"{key} ({rec})")
+            ax2.plot(T, [B * t / m / 1e3 for t, m in zip(T, ms)], marker=mk, color=colors(key))
+            for t, m in zip(T[-1:], ms[-1:]):  # the longest point's time, readable without the grid
+                ax1.annotate(f"{m:.1f} ms", (t, m), fontsize=7, xytext=(3, 0), textcoords="offset points")
+        B, H, K, V, dt = grp
+        for ax in (ax1, ax2):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("sequence length T (tokens)")
+            ax.grid(which="both", alpha=0.3)
+        ax1.set_yscale("log")
+        ax1.set_ylabel("median time per call (ms)")
+        ax2.set_yscale("log")
+        ax2.set_ylabel("throughput (million tokens / s, all B)")
+        ax1.set_title(f"{rec_name}, B{B} H{H} K{K} V{V} {dt}", fontsize=9)
+        ax2.set_title(f"{rec_name}: throughput", fontsize=9)
+        ax1.legend(fontsize=7)
+    fig.suptitle(f"Long context -- {_device_name(data, devices)}", fontsize=10)
     fig.tight_layout()
     return _save(fig, path), None
 

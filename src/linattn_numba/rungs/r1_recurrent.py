@@ -43,7 +43,7 @@ the sequence kernel -- the 32 state values, k and q for one token, a staging bat
 block of 256 threads per SM fits at up to 255). 128 for the decode step (its launch bounds ask for 2 blocks per SM).
 No variant uses local memory (``python -m linattn_numba.compile_check recurrent`` checks).
 
-Launch knobs (``forward(..., ns=, cols=, nw=, tc=, sw=, cs=, smb=)``; the bench's ``--tune`` sweeps them,
+Launch knobs (``forward(..., ns=, cols=, nw=, tc=, sw=, cs=, smb=, vec=)``; the bench's ``--tune`` sweeps them,
 ``bench.TUNE_CONFIGS`` / ``bench.STEP_CONFIGS``, and its JSON "tune" records are the measurements behind the
 defaults; tuned on the H200 at B4 T8192 H16 K=V=128 gated delta and the B256 H16 decode step)
 
@@ -64,13 +64,17 @@ defaults; tuned on the H200 at B4 T8192 H16 K=V=128 gated delta and the B256 H16
                    and a thread has RS CS = 64 state loads in flight.
     SMB   2        decode step: blocks per SM the register allocation must allow (launch bounds): caps the
                    registers at 128 so that one block loads while the other computes and stores.
+    VEC   True     decode step (``STEP_VEC``): 128-bit state loads and stores (4 columns per lane, CS unused)
+                   when the state rows are float32 and 16-byte aligned; otherwise the scalar kernel.
     ====  =======  ==========================================================================================
 
 The decode ``step``
     With T = 1 (the decode step) ``forward`` launches ``_step_kernel`` instead: the state is read once from global
     memory and written once (``h0`` and ``ht`` may be the same array: every thread reads exactly the elements it
     later writes), with a thread map made for streaming (lane -> columns lane + 32 c, warps split K, the two dot
-    products reduced through shared memory). The step is a copy of the state plus arithmetic, and its roofline
+    products reduced through shared memory; with aligned float32 state rows ``_step_kernel_vec``, the same map
+    with 16-byte loads: lane -> columns 4 lane .. 4 lane + 3, a quarter of the load and store instructions and
+    one address per row). The step is a copy of the state plus arithmetic, and its roofline
     the copy bandwidth; what it reaches is limited by how many bytes each SM has in flight between the phases
     (load, barrier, reduce, barrier, store) of its one or two resident blocks.
 
@@ -89,6 +93,7 @@ from numba import cuda, float32, types
 
 from .. import sim
 from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
+from ..vec import ld4, st4
 
 NAME = "recurrent"
 MAX_K = 128  # 16 state rows per lane and column at NS = 8; more would crowd the 255-register budget
@@ -319,6 +324,7 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
 SW = 8  # warps that split K in the decode-step kernel
 CS = 4  # value columns per lane in the decode-step kernel (lane, lane + 32, ...)
 SMB = 2  # decode-step blocks per SM the register allocation must allow (launch bounds)
+STEP_VEC = True  # decode step: 128-bit state loads / stores where the state rows are 16-byte aligned
 
 
 @functools.lru_cache(maxsize=None)
@@ -409,6 +415,110 @@ def _step_kernel(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: boo
     return step_kernel
 
 
+@functools.lru_cache(maxsize=None)
+def _step_kernel_vec(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool, SW: int = SW,
+                     SMB: int = SMB):
+    """The decode step with 128-bit state loads and stores (``ld4`` / ``st4`` of :mod:`linattn_numba.vec`), for
+    float32 state buffers whose rows are 16-byte aligned (:func:`_state_rows_aligned`; the others take
+    :func:`_step_kernel`).
+
+    Thread map: lane -> the 4 consecutive value columns ``4 lane .. 4 lane + 3`` of the block's 128-column tile
+    (a warp's load is one 512-byte state row, 16 bytes per lane), warp -> ``RS`` rows. Against the scalar step
+    kernel a thread issues a quarter of the load and store instructions and keeps one address per row instead
+    of one per element, so more registers hold data in flight. The partial sums go to shared memory as
+    ``red[w, c * 32 + lane]`` (column ``4 lane + c``): consecutive lanes, consecutive banks."""
+
+    KP = SW * RS
+    VBS = 128
+    opts = {} if sim.active() else {"launch_bounds": (SW * 32, SMB)}
+
+    @cuda.jit(**opts)
+    def step_kernel_vec(q, k, v, g, beta, h0, ht, o, scale):
+        B, T, H, K = q.shape
+        V = v.shape[3]
+        bh = cuda.blockIdx.y
+        b = bh // H
+        h = bh % H
+        w = cuda.threadIdx.x // 32
+        lane = cuda.threadIdx.x % 32
+        j0 = cuda.blockIdx.x * VBS + 4 * lane
+        jl = min(j0, V - 4)  # V % 4 == 0 here: lanes past V load the last 4 columns and store nothing
+        red_k = cuda.shared.array((SW, VBS), float32)
+        red_q = cuda.shared.array((SW, VBS), float32)
+        ks = cuda.shared.array(KP, float32)
+        qs = cuda.shared.array(KP, float32)
+        S = cuda.local.array((RS, 4), float32)
+        for r in range(RS):  # every state load first, as in the scalar kernel: RS 128-bit loads in flight
+            if HAS_H0:
+                x = ld4(h0, (b, h, min(w * RS + r, K - 1), jl))
+                for c in range(4):
+                    S[r, c] = x[c]
+            else:
+                for c in range(4):
+                    S[r, c] = float32(0.0)
+        tid = cuda.threadIdx.x
+        for i in range(tid, KP, SW * 32):
+            ks[i] = float32(k[b, 0, h, i]) if i < K else float32(0.0)
+            qs[i] = float32(q[b, 0, h, i]) if i < K else float32(0.0)
+        cuda.syncthreads()  # ks / qs are complete
+        decay = float32(1.0)
+        if HAS_G:
+            decay = float32(math.exp(float32(g[b, 0, h])))
+        u = cuda.local.array(4, float32)
+        for c in range(4):
+            u[c] = float32(v[b, 0, h, jl + c])
+        if HAS_BETA:
+            for c in range(4):
+                p = float32(0.0)
+                for r in range(RS):
+                    p += ks[w * RS + r] * S[r, c]
+                red_k[w, c * 32 + lane] = p
+            cuda.syncthreads()  # all SW partial sums of k . S[:, j] are in shared memory
+            bt = float32(beta[b, 0, h])
+            for c in range(4):
+                kS = float32(0.0)
+                for ww in range(SW):
+                    kS += red_k[ww, c * 32 + lane]
+                u[c] = bt * (u[c] - decay * kS)
+        for c in range(4):
+            p = float32(0.0)
+            for r in range(RS):
+                s_new = S[r, c] * decay + ks[w * RS + r] * u[c]
+                S[r, c] = s_new
+                p += qs[w * RS + r] * s_new
+            red_q[w, c * 32 + lane] = p
+        if HAS_HT:  # the new state goes out before the output reduction: its stores overlap the barrier below
+            if j0 < V:
+                for r in range(RS):
+                    i = w * RS + r
+                    if i < K:
+                        st4(ht, (b, h, i, j0), (S[r, 0], S[r, 1], S[r, 2], S[r, 3]))
+        cuda.syncthreads()  # all SW partial sums of q . S[:, j] are in shared memory
+        # thread jj sums slot jj = c * 32 + lane of the partials, which is column 4 lane + c of the tile
+        for jj in range(cuda.threadIdx.x, VBS, SW * 32):
+            j = cuda.blockIdx.x * VBS + 4 * (jj % 32) + jj // 32
+            if j < V:
+                acc = float32(0.0)
+                for ww in range(SW):
+                    acc += red_q[ww, jj]
+                o[b, 0, h, j] = float32(scale) * acc
+
+    return step_kernel_vec
+
+
+def _state_rows_aligned(*arrays) -> bool:
+    """Whether the vector step may use these [B, H, K, V] state buffers (``None`` entries are skipped): float32,
+    V a multiple of 4 and contiguous, every row starting on a 16-byte boundary."""
+    for a in arrays:
+        if a is None:
+            continue
+        if a.dtype != np.float32 or a.shape[3] % 4 or a.strides[3] != 4 or any(x % 16 for x in a.strides[:3]):
+            return False
+        if not sim.active() and a.__cuda_array_interface__["data"][0] % 16:
+            return False
+    return True
+
+
 def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW, ns: int = NS):
     # (compile_targets and the notebooks call this with the module defaults)
     """``(RC, COLS, NW)`` for a shape: 4-row chunks per lane, columns per lane, warps per block (fewer for
@@ -419,7 +529,7 @@ def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW
 
 
 def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=None, nw=None, tc=None, ns=None,
-            sw=None, cs=None, smb=None):
+            sw=None, cs=None, smb=None, vec=None):
     """Launch r1 (see the rung contract in :mod:`linattn_numba.rungs`). ``h0`` and ``ht`` may alias."""
     # launch knobs default to the module's tuned values, read at call time (the bench's --tune may set them)
     cols = DEFAULT_COLS if cols is None else cols
@@ -438,9 +548,16 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=
     if K > MAX_K:
         raise ValueError(f"rung 'recurrent' supports K <= {MAX_K}, got K={K}")
     if T == 1:
-        cs = max(1, min(cs, cdiv(V, 32)))
-        kern = _step_kernel(cdiv(K, sw), g is not None, beta is not None, h0 is not None, ht is not None, sw, cs, smb)
-        kern[(cdiv(V, 32 * cs), B * H), sw * 32, stream](
+        vec = STEP_VEC if vec is None else vec
+        flags = (g is not None, beta is not None, h0 is not None, ht is not None)
+        if vec and V >= 4 and _state_rows_aligned(h0, ht):
+            kern = _step_kernel_vec(cdiv(K, sw), *flags, sw, smb)
+            grid = (cdiv(V, 128), B * H)
+        else:
+            cs = max(1, min(cs, cdiv(V, 32)))
+            kern = _step_kernel(cdiv(K, sw), *flags, sw, cs, smb)
+            grid = (cdiv(V, 32 * cs), B * H)
+        kern[grid, sw * 32, stream](
             q, k, v, or_dummy(g, 3), or_dummy(beta, 3), or_dummy(h0, 4), or_dummy(ht, 4), o, float32(scale)
         )
         return
@@ -475,3 +592,5 @@ def compile_targets():
                     if dt is np.float32:
                         step = _step_kernel(cdiv(K, SW), has_g, has_beta, has_state, has_state, SW, CS, SMB).py_func
                         yield "step " + label, step, argtypes
+                        step = _step_kernel_vec(cdiv(K, SW), has_g, has_beta, has_state, has_state, SW, SMB).py_func
+                        yield "step vec " + label, step, argtypes

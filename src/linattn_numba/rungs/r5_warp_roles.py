@@ -107,7 +107,8 @@ from numba import config, cuda, float32, types
 from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
 from ..reference import RECURRENCES
 from . import r3_shared as r3
-from .r3_shared import _ld4_py, _mm_nn, _st4_py, _stage_input, _stage_input4, _stage_scratch, ld4, st4
+from ..vec import _ld4_py, _st4_py, ld4, st4
+from .r3_shared import _mm_nn, _stage_input, _stage_input4, _stage_scratch
 
 NAME = "warp_roles"
 MAX_K = r3.MAX_K  # the intra kernel is r3's
