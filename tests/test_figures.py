@@ -189,3 +189,25 @@ def test_load_or_explain(tmp_path, capsys):
     assert "not a bench result" in capsys.readouterr().out
     data = figures.load_or_explain(figures.find_data_dir())
     assert data is not None and data.records
+
+
+def test_time_vs_T_follows_the_recurrence_measured_at_most_lengths(tmp_path):
+    """A sweep of one recurrence over T (decay, B1 H16) beside a single standard-shape point of every recurrence:
+    the time-vs-T figure draws the swept recurrence, not gated_delta's single point; with no sweep, gated_delta."""
+    real = _real()
+    std = [r for r in real["records"] if r.get("shape", {}).get("T") == 8192 and "median_ms" in r
+           and r.get("recurrence") in figures.RECURRENCES]
+    assert figures.sweep_recurrence(std) == "gated_delta"
+    recs = list(std)
+    for T in (1024, 4096, 16384):
+        for r in std:
+            if r["recurrence"] == "decay":
+                x = _scaled(r, T / 8192, T=T)
+                x["shape"]["B"], x["shape"]["H"] = 1, 16
+                recs.append(x)
+    assert figures.sweep_recurrence(recs) == "decay"
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "x.json").write_text(json.dumps(dict(real, records=recs)))
+    path, why = figures.plot_time_vs_T(figures.load(str(d)), str(tmp_path / "t.png"))
+    assert why is None and os.path.getsize(path) > 1000

@@ -448,6 +448,9 @@ def run(args) -> dict:
     shapes = [tuple(int(x) for x in s.split(",")) for s in args.shape] if args.shape else [STANDARD]
     timer = Timer()
     result = {"device": device_info(), "versions": versions(), "git_sha": git_sha(),
+              # tools/h200.sh sets LINATTN_GIT_SHA to the commit whose tree it ships: the device copy's .git can
+              # be an older snapshot, so git_sha alone may name the wrong commit
+              "tree_sha": os.environ.get("LINATTN_GIT_SHA"),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "records": []}
     result["records"].append(bench_copy(timer))

@@ -118,7 +118,8 @@ def load(data_dir="figures/data") -> Data:
     data = Data()
     for _, p, doc in docs:
         data.sources.append({"path": p, "device": doc.get("device", {}), "versions": doc.get("versions", {}),
-                             "git_sha": doc.get("git_sha", "unknown"), "date": doc.get("date", "unknown")})
+                             "git_sha": doc.get("git_sha", "unknown"), "tree_sha": doc.get("tree_sha"),
+                             "date": doc.get("date", "unknown")})
         for rec in doc["records"]:
             r = dict(rec)
             r["_source"] = p
@@ -248,8 +249,10 @@ def source_line(src) -> str:
         parts[0] += " (" + ", ".join(extra) + ")"
     vers = src.get("versions") or {}
     vtxt = ", ".join(f"{k} {v}" for k, v in vers.items())
-    return (f"`{os.path.basename(src['path'])}`: {parts[0]}; {vtxt}; git {src.get('git_sha', 'unknown')}; "
-            f"{src.get('date', 'unknown')}")
+    git = f"git {src.get('git_sha', 'unknown')}"
+    if src.get("tree_sha"):  # the commit whose working tree ran, when the run's .git was an older snapshot
+        git = f"tree {src['tree_sha']} ({git})"
+    return f"`{os.path.basename(src['path'])}`: {parts[0]}; {vtxt}; {git}; {src.get('date', 'unknown')}"
 
 
 def results_markdown(data: Data) -> str:
@@ -443,6 +446,20 @@ def _group_for_T(recs):
     return max(groups, key=lambda g: (len(groups[g]), g == std, str(g)))
 
 
+def sweep_recurrence(records) -> str:
+    """The recurrence measured at the most sequence lengths within one (B, H, K, V, dtype) group (ties: gated_delta,
+    then delta, decay, plain): what the time-vs-T figure draws by default."""
+    def n_T(x):
+        mine = [r for r in records if r.get("recurrence") == x and shape_tuple(r)]
+        if not mine:
+            return 0
+        grp = _group_for_T(mine)
+        return len({shape_tuple(r)[1] for r in mine
+                    if (shape_tuple(r)[0], *shape_tuple(r)[2:], r.get("dtype")) == grp})
+
+    return max(reversed(RECURRENCES), key=n_T)
+
+
 def plot_time_vs_T(data: Data, path, colors=None, recurrence=None):
     """Log-log time against T: the best rung at each T, the best fla kernel, and causal softmax (torch SDPA)."""
     colors = colors or _Colors()
@@ -450,11 +467,10 @@ def plot_time_vs_T(data: Data, path, colors=None, recurrence=None):
     lin = [r for r in seq if r.get("recurrence") in RECURRENCES and r.get("kind") in ("rung", "peer")]
     if not lin:
         return None, "skipped time_vs_T.png: no timed sequence records"
-    if recurrence is None:
-        have = [x for x in RECURRENCES if any(r["recurrence"] == x for r in lin)]
-        recurrence = "gated_delta" if "gated_delta" in have else have[0]
-    lin = [r for r in lin if r["recurrence"] == recurrence]
     soft = [r for r in seq if r.get("key") == "torch_sdpa_causal"]
+    if recurrence is None:
+        recurrence = sweep_recurrence(lin)
+    lin = [r for r in lin if r["recurrence"] == recurrence]
     grp = _group_for_T(lin + soft)
     in_grp = lambda r: (shape_tuple(r)[0], *shape_tuple(r)[2:], r.get("dtype")) == grp  # noqa: E731
     lin, soft = [r for r in lin if in_grp(r)], [r for r in soft if in_grp(r)]
@@ -637,13 +653,14 @@ def plot_decode_step(data: Data, path, colors=None):
         txt = f"{r['gbps']:.0f} GB/s\n{r['median_ms'] * 1e3:.0f} µs"
         if copy_gbps:
             txt += f"\n{100 * r['gbps'] / copy_gbps:.0f}% of copy"
-        ax.annotate(txt, (b.get_x() + b.get_width() / 2, r["gbps"]), ha="center", va="bottom", fontsize=7,
-                    xytext=(0, 2), textcoords="offset points")
+        # inside the bar, under its top: the copy line sits just above the fastest bars
+        ax.annotate(txt, (b.get_x() + b.get_width() / 2, r["gbps"]), ha="center", va="top", fontsize=7,
+                    xytext=(0, -4), textcoords="offset points", color="white", fontweight="bold")
     top = max(vals)
     if copy_gbps:
         ax.axhline(copy_gbps, color="black", ls="--", lw=1)
-        ax.text(0.01, copy_gbps, f" device copy {copy_gbps:.0f} GB/s (read + write, measured)", fontsize=8,
-                va="bottom", transform=ax.get_yaxis_transform())
+        ax.text(0.99, copy_gbps, f"device copy {copy_gbps:.0f} GB/s (read + write, measured) ", fontsize=8,
+                va="bottom", ha="right", transform=ax.get_yaxis_transform())
         top = max(top, copy_gbps)
     ax.set_ylim(0, top * 1.25)
     ax.set_xticks(range(len(steps)), labels, fontsize=7)
