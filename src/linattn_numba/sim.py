@@ -52,6 +52,13 @@ What is fixed, and why
    suite under ``-n 2``), which shows up as a kernel that is wrong only sometimes. Allocations are now keyed
    by the calling frame's (file, line, bytecode offset) and created under a lock. Dynamic shared memory
    (``shape=0``) is unchanged: every such array views the same launch-sized buffer.
+4. **A shared-memory race check** (added, not fixed): inside ``with sim.racecheck():`` (or with
+   ``LINATTN_SIM_RACECHECK=1``) every element read and write of a shared array is checked against the
+   happens-before order that ``syncthreads``, named barriers and warp collectives establish (vector clocks, as
+   in the FastTrack race detector), and a launch with two unordered accesses to one address, one a write,
+   raises :class:`SharedMemoryRace` naming both source lines. It catches a missing barrier whether or not this
+   run's interleaving exposed it, and it models ``bar.arrive`` / ``bar.sync`` producer-consumer hand-offs,
+   which ``compute-sanitizer --tool racecheck`` flags as hazards in r5 ``warp_roles`` (see that module).
 
 Semantics chosen
 ----------------
@@ -109,7 +116,9 @@ Limits (not fixed)
   Test grid-synchronising kernels with a single block, or on a GPU.
 * **No real memory model.** Threads interleave only at GIL switches and every write is immediately visible
   to every thread, so missing ``threadfence``/``syncthreads``/``syncwarp`` and data races usually go
-  unnoticed. Passing in the simulator does not prove a kernel race-free.
+  unnoticed in results. :class:`racecheck` finds unordered *shared-memory* accesses (not global memory, not
+  reads through fancy indexing); passing it shows the barrier protocol orders every access of the simulated
+  launches, not that every launch shape is race-free.
 * **Python number semantics.** Kernel code runs as Python on NumPy scalars. On the GPU numba types a
   Python float literal as float64, so ``acc = 0.0; acc += x[i]`` accumulates in (slow) float64 there, while
   in the simulator NumPy 2's promotion rules (Python scalars are "weak") make the same code accumulate in
@@ -131,7 +140,8 @@ import time
 
 import numpy as np
 
-__all__ = ["install", "active", "enable", "bar_sync", "bar_arrive", "SUPPORTED_NUMBA_CUDA"]
+__all__ = ["install", "active", "enable", "bar_sync", "bar_arrive", "racecheck", "SharedMemoryRace",
+           "SUPPORTED_NUMBA_CUDA"]
 
 #: The numba-cuda (major, minor) version whose simulator internals this module patches.
 SUPPORTED_NUMBA_CUDA = (0, 30)
@@ -316,7 +326,8 @@ def _shared_array(self, shape, dtype, alignment=None):
     # (unchanged from the stock simulator).
     if shape == 0:
         count = self._dynshared_size // dtype.itemsize
-        return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+        dyn = np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
+        return dyn.view(_CheckedShared) if _racecheck_on() else dyn
 
     caller = sys._getframe(1)
     key = (caller.f_code.co_filename, caller.f_lineno, caller.f_lasti)
@@ -328,8 +339,186 @@ def _shared_array(self, shape, dtype, alignment=None):
             res = self._allocations.get(key)
             if res is None:
                 res = np.empty(shape, dtype)
+                if _racecheck_on():
+                    res = res.view(_CheckedShared)
                 self._allocations[key] = res
     return res
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Shared-memory race check (happens-before, vector clocks)
+# ---------------------------------------------------------------------------------------------------------
+
+_racecheck_flag = [os.environ.get("LINATTN_SIM_RACECHECK", "") not in ("", "0")]
+
+
+def _racecheck_on() -> bool:
+    return _racecheck_flag[0]
+
+
+class racecheck:
+    """Context manager (or decorator-free switch) that checks every shared-memory access of the kernels launched
+    inside it for data races; ``LINATTN_SIM_RACECHECK=1`` turns it on for the whole process::
+
+        with linattn_numba.sim.racecheck():
+            kernel[grid, block](...)          # raises SharedMemoryRace if two threads race on shared memory
+
+    Two accesses to the same shared-memory byte address by different threads, at least one a write, race
+    unless a synchronisation orders them: ``syncthreads`` (all threads), a named barrier round (``bar_arrive``
+    releases, ``bar_sync`` releases and acquires: a producer's writes before its ``bar_arrive`` are ordered
+    before a consumer's reads after its ``bar_sync`` of the same round), or a warp collective among the lanes
+    that took part. This is the vector-clock (happens-before) method of race detectors such as FastTrack,
+    applied to the simulator's actual interleaving: it reports a missing ordering whether or not the
+    interleaving of this run happened to expose it (unlike comparing results), and it knows named barriers,
+    which ``compute-sanitizer --tool racecheck`` may not model. Arrays created while the check is on are
+    checked; it slows a launch down several times, so keep the shapes tiny. Only shared memory is checked.
+    """
+
+    def __init__(self, enabled: bool = True):
+        self._enabled = enabled
+        self._saved = []
+
+    def __enter__(self):
+        self._saved.append(_racecheck_flag[0])
+        _racecheck_flag[0] = self._enabled
+        return self
+
+    def __exit__(self, *exc):
+        _racecheck_flag[0] = self._saved.pop()
+        return False
+
+
+class SharedMemoryRace(RuntimeError):
+    """Two threads of a simulated block accessed one shared-memory address, at least one writing, unordered."""
+
+
+def _where() -> str:
+    """file:line of the kernel code that made the access (skipping this module and the vec helpers)."""
+    f = sys._getframe(2)
+    while f is not None and os.path.basename(f.f_code.co_filename) in ("sim.py", "vec.py"):
+        f = f.f_back
+    if f is None:
+        return "?"
+    return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+
+
+class _CheckedShared(np.ndarray):
+    """A shared array whose element reads and writes are reported to the block's race detector."""
+
+    def __array_finalize__(self, obj):
+        self._addr0 = self.__array_interface__["data"][0]
+
+    def _addrs(self, key):
+        if isinstance(key, (int, np.integer)) and self.ndim == 1:
+            i = int(key)
+            if i < 0:
+                i += self.shape[0]
+            return (self._addr0 + i * self.strides[0],)
+        if isinstance(key, tuple) and len(key) == self.ndim and all(isinstance(k, (int, np.integer)) for k in key):
+            a = self._addr0
+            for k, n, st in zip(key, self.shape, self.strides):
+                k = int(k)
+                a += (k + n if k < 0 else k) * st
+            return (a,)
+        grid = np.zeros(self.shape, np.int64) + self._addr0
+        for d in range(self.ndim):
+            shp = [1] * self.ndim
+            shp[d] = self.shape[d]
+            grid = grid + (np.arange(self.shape[d]) * self.strides[d]).reshape(shp)
+        return tuple(int(x) for x in np.asarray(grid[key]).ravel())
+
+    def _report(self, key, write):
+        t = threading.current_thread()
+        det = getattr(getattr(t, "_manager", None), "_race", None)
+        if det is not None:
+            det.access(t.thread_id, self._addrs(key), write, self.itemsize)
+
+    def __getitem__(self, key):
+        res = super().__getitem__(key)
+        if not isinstance(res, np.ndarray):  # an element read (a slice is a view: its own reads are reported)
+            self._report(key, False)
+        return res
+
+    def __setitem__(self, key, value):
+        self._report(key, True)
+        super().__setitem__(key, value)
+
+
+class _RaceDetector:
+    """Happens-before race detection for one block's shared memory (see :class:`racecheck`).
+
+    ``vc[t]`` is thread t's vector clock; a synchronisation joins the clocks of the threads it orders and
+    advances each one's own entry. Per byte address: the last write (thread, its clock then, where) and the
+    reads since (thread -> (clock, where)). An access races with an earlier one by thread u at clock c when
+    ``c > vc[me][u]``: nothing carried u's clock at that access to this thread.
+    """
+
+    MAX_REPORTS = 5
+
+    def __init__(self, n):
+        self.vc = np.zeros((n, n), np.int64)
+        np.fill_diagonal(self.vc, 1)
+        self.writes = {}
+        self.reads = {}
+        self.lock = threading.Lock()
+        self.named = {}  # barrier id -> joined clock of the current round's arrivals
+        self.count = 0
+        self.reports = []
+
+    def access(self, tid, addrs, write, itemsize):
+        where = None
+        with self.lock:
+            vc = self.vc[tid]
+            for a in addrs:
+                for b in range(a, a + itemsize, 4) if itemsize > 4 else (a,):
+                    w = self.writes.get(b)
+                    if w is not None and w[0] != tid and w[1] > vc[w[0]]:
+                        where = where or _where()
+                        self._race(b, w, "write", tid, "write" if write else "read", where)
+                    if write:
+                        rd = self.reads.pop(b, None)
+                        if rd:
+                            for u, (c, wh) in rd.items():
+                                if u != tid and c > vc[u]:
+                                    where = where or _where()
+                                    self._race(b, (u, c, wh), "read", tid, "write", where)
+                        where = where or _where()
+                        self.writes[b] = (tid, int(vc[tid]), where)
+                    else:
+                        where = where or _where()
+                        self.reads.setdefault(b, {})[tid] = (int(vc[tid]), where)
+
+    def _race(self, addr, first, first_kind, tid, kind, where):
+        self.count += 1
+        if len(self.reports) < self.MAX_REPORTS:
+            self.reports.append(f"{first_kind} by thread {first[0]} at {first[2]}, then {kind} by thread {tid} at "
+                                f"{where} (address 0x{addr:x}): no barrier orders them")
+
+    def join(self, tids):
+        """A synchronisation that orders every thread in ``tids`` after all of their earlier accesses."""
+        if not tids:
+            return
+        with self.lock:
+            idx = np.asarray(sorted(set(tids)))
+            self.vc[idx] = self.vc[idx].max(axis=0)
+            self.vc[idx, idx] += 1
+
+    def arrive(self, bar_id, tid):
+        """Named barrier ``bar_id``: thread ``tid`` releases its accesses so far into the current round."""
+        with self.lock:
+            acc = self.named.get(bar_id)
+            self.named[bar_id] = self.vc[tid].copy() if acc is None else np.maximum(acc, self.vc[tid])
+            self.vc[tid, tid] += 1
+
+    def complete(self, bar_id, waiters):
+        """The round of named barrier ``bar_id`` completed: the threads that waited in it acquire the round."""
+        with self.lock:
+            acc = self.named.pop(bar_id, None)
+            if acc is None:
+                return
+            for t in waiters:
+                self.vc[t] = np.maximum(self.vc[t], acc)
+                self.vc[t, t] += 1
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -353,9 +542,10 @@ class _WarpGroup:
     live and in the mask), so its snapshot cannot be replaced before it is read.
     """
 
-    __slots__ = ("kind", "values", "arrived", "waiters", "published")
+    __slots__ = ("kind", "values", "arrived", "waiters", "published", "warp_index")
 
-    def __init__(self):
+    def __init__(self, warp_index=0):
+        self.warp_index = warp_index
         self.kind = None
         self.values = {}
         self.arrived = 0  # bitmask of the lanes that arrived in the current round
@@ -477,6 +667,8 @@ class _SimBlock:
         # Named barriers: id -> [count of the current round, arrivals, waiters].
         self._named = {}
         self._warps = [_Warp(w, min(WARP_SIZE, n - w * WARP_SIZE)) for w in range(-(-n // WARP_SIZE))]
+        self._bar_party = []  # thread ids that arrived at the current syncthreads round (race check)
+        self._race = _RaceDetector(n) if _racecheck_on() else None
 
     # -- launcher side ------------------------------------------------------------------------------------
 
@@ -500,6 +692,11 @@ class _SimBlock:
         if error is None:
             for t in self._threads:
                 t.join()  # they have all returned from the kernel; this only reaps them
+            race = self._race
+            if race is not None and race.count:
+                raise SharedMemoryRace(
+                    f"{race.count} shared-memory race(s) in simulated block ctaid={list(self._grid_point)}; "
+                    f"first {len(race.reports)}:\n  " + "\n  ".join(race.reports))
             return
         deadline = time.monotonic() + _ABORT_JOIN_S
         for t in self._threads:
@@ -539,6 +736,8 @@ class _SimBlock:
             if self._aborted:
                 raise _BlockAborted
             self._bar_arrived += 1
+            if self._race is not None:
+                self._bar_party.append(thread.thread_id)
             if predicate:
                 self._bar_true += 1
             if self._bar_arrived >= self._alive:
@@ -569,9 +768,13 @@ class _SimBlock:
                 )
             rnd[0] = count
             rnd[1] += 1
+            if self._race is not None:
+                self._race.arrive(bar_id, thread.thread_id)
             if rnd[1] >= count:
                 waiters, rnd[2] = rnd[2], []
                 rnd[0], rnd[1] = None, 0
+                if self._race is not None:
+                    self._race.complete(bar_id, [t.thread_id for t in waiters] + ([thread.thread_id] if wait else []))
                 self._release(waiters)
                 return
             if not wait:
@@ -595,7 +798,7 @@ class _SimBlock:
                 raise _BlockAborted
             g = warp.groups.get(mask)
             if g is None:
-                g = warp.groups[mask] = _WarpGroup()
+                g = warp.groups[mask] = _WarpGroup(warp.index)
             if g.arrived and g.kind != kind:
                 raise RuntimeError(
                     f"warp collective mismatch in warp {warp.index}: lane {lane} called cuda.{kind} with mask "
@@ -634,12 +837,17 @@ class _SimBlock:
             t._wake.release()
 
     def _complete_barrier(self):
+        if self._race is not None:
+            self._race.join(self._bar_party)
+            self._bar_party = []
         self._bar_result = (self._bar_true, self._bar_arrived)
         self._bar_arrived = self._bar_true = 0
         waiters, self._bar_waiters = self._bar_waiters, []
         self._release(waiters)
 
     def _complete_group(self, g):
+        if self._race is not None and g.values:
+            self._race.join([g.warp_index * WARP_SIZE + lane for lane in g.values])
         g.published = g.values
         g.values = {}
         g.arrived = 0

@@ -112,7 +112,16 @@ T tokens, but with B H NS walkers instead of B H, so each costs about what the e
 fills the GPU with the same number of token-heads (B4 T8192 H16 has as many as B1 T262144 H2). r4 removes
 the under-filled sequential pass; what remains is about twice the engine's parallel work (phase 1 on V + K
 columns for the delta rule) -- so r4's speed follows its engine, and r3 ``shared`` is picked up as soon as it
-is registered (the cost model's constants were tuned with r2 and should be re-tuned with r3).
+is registered (the cost model's constants were tuned with r2).
+
+Measured with r3 as the engine (H200, fp32, oracle-checked; ``figures/data/h200_long_*.json``,
+``h200_ladder_1fb09fb.json``): at B1 H2 K=V=128, decay at T = 1,048,576 took 18.2 ms against r3's 273 ms
+(15x) and fla ``chunk_simple_gla``'s 17.4 ms; gated delta at T = 262,144 took 18.7 ms against r3's 103.6 ms
+(5.5x) and fla ``chunk_gated_delta_rule``'s 14.0 ms. At B4 T8192 H16 the model picks one segment and r4 is r3
+(2.897 vs 2.896 ms decay). The segment count with r3 (132 additive, 66 delta) fills the GPU: phase 3 runs
+the engine at about its standard-shape rate. So r4 follows its engine: being 2x faster than fla here needs an
+engine about as fast as fla is at the standard shape, which r3 (3.3x slower for decay, 2.4x for gated delta)
+is not.
 
 Numerics: everything float32. The affine maps are exact algebra (no approximation); the only difference from
 a single pass is the order of float32 sums (the scan composes products of up to NS maps), well inside the

@@ -1,0 +1,177 @@
+"""linattn_numba.sim.racecheck: the simulator's shared-memory race check (happens-before with vector clocks).
+
+Each synthetic kernel comes in a racy and a correctly synchronised form: the check must raise on the first and stay
+silent on the second, for block barriers, named barriers (producer ``bar_arrive`` / consumer ``bar_sync``, the
+protocol of r5 ``warp_roles``), warp shuffles and 128-bit ``st4`` stores. Then every rung that uses shared memory runs
+under the check at tiny shapes for all four recurrences: no two threads may touch one shared address unordered.
+"""
+
+import os
+
+os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+import numpy as np
+import pytest
+from numba import cuda, float32
+
+from linattn_numba import reference, rungs, sim
+from linattn_numba.testing import TOL_FP32, make_inputs, rel_err
+from linattn_numba.vec import st4
+
+sim.install()
+
+
+@pytest.fixture(autouse=True)
+def _needs_simulator():
+    if not sim.active():
+        pytest.skip("numba's CUDA simulator is not active in this process")
+
+
+def _neighbour_kernel(sync):
+    @cuda.jit
+    def k(out):
+        sm = cuda.shared.array(64, float32)
+        t = cuda.threadIdx.x
+        sm[t] = float32(t)
+        if sync:
+            cuda.syncthreads()  # every element written before any neighbour reads it
+        out[t] = sm[(t + 1) % 64]
+
+    return k
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_block_barrier(sync):
+    out = np.zeros(64, np.float32)
+    with sim.racecheck():
+        if sync:
+            _neighbour_kernel(True)[1, 64](out)
+            assert np.array_equal(out, (np.arange(64) + 1) % 64)
+        else:
+            with pytest.raises(sim.SharedMemoryRace, match="read by thread"):
+                _neighbour_kernel(False)[1, 64](out)
+
+
+def test_off_by_default():
+    out = np.zeros(64, np.float32)
+    _neighbour_kernel(False)[1, 64](out)  # racy, but nobody asked for the check
+
+
+def _handoff_kernel(arrive):
+    """Warp 1 writes a stage, warp 0 reads it; the hand-off is a named barrier (or nothing)."""
+
+    @cuda.jit
+    def k(out):
+        sm = cuda.shared.array(32, float32)
+        t = cuda.threadIdx.x
+        if t >= 32:
+            sm[t - 32] = float32(2 * t)
+            if arrive:
+                sim.bar_arrive(1, 64)  # producer: release the stage, do not wait
+            return
+        if arrive:
+            sim.bar_sync(1, 64)  # consumer: wait until the stage is full
+        out[t] = sm[31 - t]
+
+    return k
+
+
+@pytest.mark.parametrize("arrive", [False, True])
+def test_named_barrier_handoff(arrive):
+    out = np.zeros(32, np.float32)
+    with sim.racecheck():
+        if arrive:
+            _handoff_kernel(True)[1, 64](out)
+            assert np.array_equal(out, 2 * (32 + 31 - np.arange(32)))
+        else:
+            with pytest.raises(sim.SharedMemoryRace):
+                _handoff_kernel(False)[1, 64](out)
+
+
+def _refill_kernel(wait_empty):
+    """Double use of one buffer: the producer refills it after the consumer read it, ordered by an EMPTY barrier
+    (or not). The producer arrives at FULL after each fill; the consumer arrives at EMPTY after reading."""
+
+    @cuda.jit
+    def k(out):
+        sm = cuda.shared.array(32, float32)
+        t = cuda.threadIdx.x
+        if t >= 32:
+            for r in range(2):
+                if r == 1 and wait_empty:
+                    sim.bar_sync(2, 64)
+                sm[t - 32] = float32(r + 1)
+                sim.bar_arrive(1, 64)
+            return
+        for r in range(2):
+            sim.bar_sync(1, 64)
+            out[r, t] = sm[t]
+            if r == 0 and wait_empty:
+                sim.bar_arrive(2, 64)
+
+    return k
+
+
+@pytest.mark.parametrize("wait_empty", [False, True])
+def test_named_barrier_refill_needs_the_empty_barrier(wait_empty):
+    out = np.zeros((2, 32), np.float32)
+    with sim.racecheck():
+        if wait_empty:
+            _refill_kernel(True)[1, 64](out)
+            assert np.array_equal(out, [[1] * 32, [2] * 32])
+        else:
+            with pytest.raises(sim.SharedMemoryRace, match="write by thread"):
+                _refill_kernel(False)[1, 64](out)
+
+
+def test_warp_collective_orders_its_lanes():
+    @cuda.jit
+    def k(out):
+        sm = cuda.shared.array(32, float32)
+        t = cuda.threadIdx.x
+        sm[t] = float32(t)
+        cuda.syncwarp(0xFFFFFFFF)  # the warp's stores before any lane's load
+        out[t] = sm[31 - t]
+
+    out = np.zeros(32, np.float32)
+    with sim.racecheck():
+        k[1, 32](out)
+    assert np.array_equal(out, 31 - np.arange(32))
+
+
+def test_vector_store_is_checked():
+    """st4 writes four elements: a neighbour reading the third one without a barrier races."""
+
+    @cuda.jit
+    def k(out):
+        sm = cuda.shared.array(128, float32)
+        t = cuda.threadIdx.x
+        st4(sm, 4 * t, (float32(t), float32(t), float32(t), float32(t)))
+        out[t] = sm[(4 * t + 6) % 128]
+
+    out = np.zeros(32, np.float32)
+    with sim.racecheck(), pytest.raises(sim.SharedMemoryRace):
+        k[1, 32](out)
+
+
+RUNG_CASES = [("recurrent", 16), ("chunked", 16), ("shared", 16), ("scan", 16), ("warp_roles", 16)]
+
+
+@pytest.mark.parametrize("recurrence", ["plain", "decay", "delta", "gated_delta"])
+@pytest.mark.parametrize("rung,chunk", RUNG_CASES, ids=[r for r, _ in RUNG_CASES])
+def test_rungs_have_no_shared_memory_race(rung, chunk, recurrence):
+    """T = 37 (two full chunks of 16 and a short one), K = 8, V = 12 with initial and final state; r4 with 3
+    segments and the tree scan so that all three phases run."""
+    B, T, H, K, V = 1, 37, 1, 8, 12
+    inp = make_inputs(B, T, H, K, V, recurrence, initial_state=True, seed=11)
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32))
+    ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32))
+    mod = rungs.module(rung)
+    extra = {"num_segments": 3, "scan": "tree"} if rung == "scan" else {}
+    with sim.racecheck():
+        mod.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, K**-0.5, chunk, **extra)
+    o_ref, h_ref = reference.recurrent(inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],
+                                       initial_state=inp["initial_state"])
+    assert rel_err(o.copy_to_host(), o_ref) <= TOL_FP32
+    assert rel_err(ht.copy_to_host(), h_ref) <= TOL_FP32
