@@ -595,12 +595,16 @@ def plot_long_context(data: Data, path, colors=None, recurrence=None):
                       f"(e.g. `linattn-numba bench --shape 1,131072,16,128,128`)")
     have = [x for x in RECURRENCES if any(r.get("recurrence") == x for r in longs)]
     recs = [recurrence] if recurrence is not None else (have or [None])
-    fig = _figure(10.0, 3.9 * len(recs) + 0.5)
-    axes = fig.subplots(len(recs), 2, squeeze=False)
+    group_of = lambda r: (shape_tuple(r)[0], *shape_tuple(r)[2:], r.get("dtype"))  # noqa: E731
+    # one row per (recurrence, B H K V dtype group) that reaches T >= LONG_T: a T sweep and a single very long
+    # shape of the same recurrence are different experiments, so they get separate rows
+    rows = [(x, g) for x in recs
+            for g in sorted({group_of(r) for r in longs if r.get("recurrence") == x}, key=str)]
+    rows = rows or [(recs[0], _group_for_T(longs))]
+    fig = _figure(10.0, 3.9 * len(rows) + 0.5)
+    axes = fig.subplots(len(rows), 2, squeeze=False)
     devices = []
-    for (ax1, ax2), rec_name in zip(axes, recs):
-        mine = [r for r in longs if r.get("recurrence") in (rec_name, "softmax")]
-        grp = _group_for_T(mine)
+    for (ax1, ax2), (rec_name, grp) in zip(axes, rows):
         sel = [r for r in data.records if timed(r) and shape_tuple(r) and shape_tuple(r)[1] > 1
                and r.get("recurrence") in (rec_name, "softmax")
                and (shape_tuple(r)[0], *shape_tuple(r)[2:], r.get("dtype")) == grp]
