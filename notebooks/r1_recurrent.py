@@ -144,10 +144,14 @@ display(Code(inspect.getsource(r1._kernel), language="python"))
 # is better: lane → value columns `lane + 32c` (`CS` of them; a warp reads 128 contiguous bytes of a state row per
 # load), `SW` warps → slabs of `K / SW` rows, every state load issued before any arithmetic, and the two dot
 # products reduced across warps through shared memory. Its launch bounds ask for `SMB` blocks per SM, which caps
-# the registers so that one block can load while another computes and stores:
+# the registers so that one block can load while another computes and stores. When the state rows are float32
+# and 16-byte aligned (`VEC`, the default), `_step_kernel_vec` runs instead: the same map with one 128-bit load
+# (`ld4`, from `linattn_numba.vec`) per 4 columns, lane → columns `4·lane … 4·lane+3` -- a quarter of the load
+# and store instructions and one address per row, so more of the registers hold bytes in flight:
 
 # %%
 display(Code(inspect.getsource(r1._step_kernel), language="python"))
+display(Code(inspect.getsource(r1._step_kernel_vec), language="python"))
 display(Code(inspect.getsource(r1.forward), language="python"))
 print(f"decode-step defaults: SW = {r1.SW} warps, CS = {r1.CS} columns per lane, launch bounds for SMB = {r1.SMB} "
       f"blocks per SM; at K = V = 128 a thread holds {-(-128 // r1.SW) * r1.CS} state values")
@@ -256,8 +260,9 @@ else:
 
 # %%
 KNOBS = ("cols", "nw", "tc", "ns")
-STEP_KNOBS = ("sw", "cs", "smb")
-DEFAULTS = dict(cols=r1.DEFAULT_COLS, nw=r1.DEFAULT_NW, tc=r1.TC, ns=r1.NS, sw=r1.SW, cs=r1.CS, smb=r1.SMB)
+STEP_KNOBS = ("sw", "cs", "smb", "vec")
+DEFAULTS = dict(cols=r1.DEFAULT_COLS, nw=r1.DEFAULT_NW, tc=r1.TC, ns=r1.NS, sw=r1.SW, cs=r1.CS, smb=r1.SMB,
+                vec=int(r1.STEP_VEC))
 
 
 def tune_table(records, knobs):

@@ -211,3 +211,19 @@ def test_time_vs_T_follows_the_recurrence_measured_at_most_lengths(tmp_path):
     (d / "x.json").write_text(json.dumps(dict(real, records=recs)))
     path, why = figures.plot_time_vs_T(figures.load(str(d)), str(tmp_path / "t.png"))
     assert why is None and os.path.getsize(path) > 1000
+
+
+def test_tune_keeps_each_kernels_newest_sweep(tmp_path):
+    """A newer file that swept only the decode step (bench --tune step) keeps the older file's sequence sweep."""
+    real = _real()
+    old = dict(real, date="2029-01-01T00:00:00+00:00",
+               tune=[{"key": "recurrent", "cols": 2, "nw": 8, "median_ms": 4.0},
+                     {"key": "step", "sw": 8, "cs": 4, "smb": 2, "median_ms": 0.2}])
+    new = dict(real, date="2030-01-01T00:00:00+00:00",
+               tune=[{"key": "step", "sw": 8, "cs": 4, "smb": 2, "vec": 1, "median_ms": 0.14}])
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "old.json").write_text(json.dumps(old))
+    (d / "new.json").write_text(json.dumps(new))
+    tune = figures.load(str(d)).tune
+    assert [t["median_ms"] for t in tune] == [4.0, 0.14]

@@ -57,7 +57,8 @@ class Data:
 
     ``records``: every surviving record (a copy, with ``_source`` = the file it came from), in file order.
     ``sources``: one dict per file, oldest first: ``path``, ``device``, ``versions``, ``git_sha``, ``date``.
-    ``tune``: the ``tune`` list of the newest file that has one (or an empty list).
+    ``tune``: r1's launch sweeps: the sequence-kernel records (with ``cols``) of the newest file that has them, then
+    the decode-step records (with ``sw``) of the newest file that has them (either may be empty).
     """
 
     records: list = field(default_factory=list)
@@ -116,6 +117,7 @@ def load(data_dir="figures/data") -> Data:
     docs.sort(key=lambda d: d[0])
     merged = {}
     data = Data()
+    tune = {"cols": [], "sw": []}
     for _, p, doc in docs:
         data.sources.append({"path": p, "device": doc.get("device", {}), "versions": doc.get("versions", {}),
                              "git_sha": doc.get("git_sha", "unknown"), "tree_sha": doc.get("tree_sha"),
@@ -125,8 +127,12 @@ def load(data_dir="figures/data") -> Data:
             r["_source"] = p
             merged.pop(identity(r), None)  # re-insert: the newest record also takes the newest position
             merged[identity(r)] = r
-        if doc.get("tune"):
-            data.tune = list(doc["tune"])
+        # a file may sweep only one of r1's kernels (bench --tune seq|step): keep each kernel's newest sweep
+        for part in ("cols", "sw"):
+            mine = [t for t in doc.get("tune") or [] if part in t]
+            if mine:
+                tune[part] = mine
+    data.tune = tune["cols"] + tune["sw"]
     data.records = list(merged.values())
     used = {r["_source"] for r in data.records}
     data.sources = [s for s in data.sources if s["path"] in used]
