@@ -95,7 +95,8 @@ def _kernels(tree):
 @pytest.mark.parametrize("rung", SKELETONS)
 def test_skeleton_filled_with_the_solution_passes(tmp_path, rung):
     """Splice the package's kernel bodies into the skeleton: the scaffolding a student gets supports a solution."""
-    skel = (EXERCISES / SKELETONS[rung]).read_text().replace("STEP_KERNEL = False", "STEP_KERNEL = True")
+    skel = ((EXERCISES / SKELETONS[rung]).read_text().replace("STEP_KERNEL = False", "STEP_KERNEL = True")
+            .replace("STEP_VEC = False", "STEP_VEC = True"))
     sol = (RUNGS_DIR / SKELETONS[rung]).read_text().splitlines(keepends=True)
     lines = skel.splitlines(keepends=True)
     mine, theirs = _kernels(ast.parse(skel)), _kernels(ast.parse("".join(sol)))
