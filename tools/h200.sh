@@ -13,7 +13,8 @@
 #     sanitize  compute-sanitizer memcheck, racecheck, synccheck on r2-r5 at a mid-size shape
 #               (SANITIZE_RUNGS overrides the rungs, SANITIZE_TIMEOUT the seconds per tool)
 #     ncu       Nsight Compute sections of r1, r3, r5 at the standard shape (CSV for linattn_numba.ncu)
-#   all = tests,bench (the old default); evidence = tests,bench,long; evidence2 = sweep,sanitize,ncu
+#   all = tests,bench (the old default); evidence = tests,bench,long; evidence2 = sweep,sanitize,ncu;
+#   next = tests,sanitize_rest,ncu,long_scaling (sanitize_rest: r4 delta / gated delta under the three tools)
 # Outputs go to $OUT (the device tool's folder): bench JSON named for figures/data, logs, the ncu CSV.
 set -u
 export PYTHONUNBUFFERED=1
@@ -22,6 +23,9 @@ case "$modes" in
   all) modes=tests,bench;;
   evidence) modes=tests,bench,long;;
   evidence2) modes=sweep,sanitize,ncu;;
+  # what the 2026-11-30 session could not fit: the GPU tests, r4's sanitizers on the delta family, Nsight Compute
+  # of r1, r3, r5, and the shorter long-context lengths (r4 in the T sweep needs `sweep` again)
+  next) modes=tests,sanitize_rest,ncu,long_scaling;;
 esac
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 sha=$(echo "${LINATTN_GIT_SHA:-nogit}" | cut -c1-7)
@@ -65,6 +69,13 @@ for m in ${modes//,/ }; do
           python3 tools/sanitize.py --rungs "${SANITIZE_RUNGS:-chunked,shared,scan,warp_roles}" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
         echo "exit status ${PIPESTATUS[0]}"
       done 2>&1 | tee "$out/h200_sanitize.txt";;
+    sanitize_rest)
+      for tool in memcheck racecheck synccheck; do
+        echo "== $tool"
+        timeout 100 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tools/sanitize.py \
+          --rungs scan --recurrences delta,gated_delta 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
+        echo "exit status ${PIPESTATUS[0]}"
+      done 2>&1 | tee "$out/h200_sanitize_rest.txt";;
     ncu)
       timeout 200 ncu --clock-control none --profile-from-start off --csv --page details \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
