@@ -195,8 +195,8 @@ def _to_device(x: _In | None):
     return cuda.to_device(np.ascontiguousarray(a))
 
 
-def _rung_module(rung, K, V, T, chunk_size, recurrence=None):
-    name = auto_rung(T, K, V, recurrence, chunk_size) if rung == "auto" else rung
+def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
+    name = auto_rung(T, K, V, recurrence, chunk_size, B=B, H=H) if rung == "auto" else rung
     if not isinstance(name, str) or name not in RUNGS:
         raise ValueError(f"rung must be 'auto' or one of {RUNGS}, got {rung!r}")
     mod = rungs.module(name)
@@ -210,7 +210,37 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None):
     return mod
 
 
-def auto_rung(T: int, K: int, V: int, recurrence: str | None = None, chunk_size: int = 64) -> str:
+# Per-token costs measured on the H200 at K = V = 128, float32 (figures/data: the ladder at B4 T8192 H16 and the
+# long-context runs at B1 H2), (additive, delta family). The sequential rungs' cost is one block's walk through
+# the tokens (a block per SM, all blocks in one wave at the standard shape): the call's time / T. The scan's cost
+# is per token-head when its segments fill the GPU: the call's time / (B H T).
+SEQ_US_PER_TOKEN = {"recurrent": (0.43, 0.50), "shared": (0.35, 0.70)}  # 3.48 / 4.06 ms, 2.90 / 5.71 ms over 8192
+SCAN_NS_PER_TOKEN_HEAD = (8.7, 35.6)  # 18.2 ms over 2 x 1,048,576 (decay); 18.7 ms over 2 x 262,144 (gated delta)
+SCAN_MARGIN = 0.8  # the scan must be estimated at least this much faster (the model has two points per family)
+
+
+def estimate_ms(name: str, B: int, T: int, H: int, K: int, V: int, delta: bool) -> float | None:
+    """Rough time of rung ``name`` ("recurrent", "shared" or "scan") from the measured per-token costs above,
+    scaled by K V / 128^2; None for other rungs. The sequential rungs run ``B H ceil(V / 64)`` blocks (one per
+    SM, as at the standard shape), so their time is waves x T x the per-token cost; the scan's is
+    B H T x its per-token-head cost, but never below the engine's time split over its segment count."""
+    from .rungs import r4_scan
+
+    fam = 1 if delta else 0
+    work = K * V / 128.0**2
+    n_sm = r4_scan._sm_count()
+    waves = max(1, -(-B * H * -(-V // 64) // n_sm))
+    if name in SEQ_US_PER_TOKEN:
+        return waves * T * SEQ_US_PER_TOKEN[name][fam] * work / 1e3
+    if name == "scan":
+        ns = r4_scan.choose_num_segments(B, T, H, K, V, 64, delta, n_sm)
+        engine = estimate_ms("shared", B, T, H, K, V, delta)
+        return max(B * H * T * SCAN_NS_PER_TOKEN_HEAD[fam] * work / 1e6, engine / ns)
+    return None
+
+
+def auto_rung(T: int, K: int, V: int, recurrence: str | None = None, chunk_size: int = 64, *, B: int | None = None,
+              H: int | None = None) -> str:
     """The rung ``rung="auto"`` uses for a shape: the fastest landed rung measured correct on the H200.
 
     From ``figures/data`` (B4 T8192 H16 K=V=128, float32): for the additive recurrences (plain, decay) r3
@@ -218,27 +248,39 @@ def auto_rung(T: int, K: int, V: int, recurrence: str | None = None, chunk_size:
     delta rule and the gated delta rule r1 ``recurrent`` is the fastest rung (its state pass does one K x V update
     per token; the chunked rungs pay for the WY solve and the [W; Q'] S product). So: K <= 128 picks ``shared``
     (additive, or recurrence unknown) or ``recurrent`` (delta family); K <= 256 picks ``chunked``; larger K
-    ``naive``. r4 ``scan`` is not picked automatically: it is the rung for long sequences over few heads
-    (``rung="scan"``), and its long-context configurations with the r3 engine have not been measured on the
-    H200 yet.
+    ``naive``.
+
+    Few heads and a long sequence: when ``B`` and ``H`` are given (``attention`` gives them), r4 ``scan`` is picked
+    instead where :func:`estimate_ms` puts it below ``SCAN_MARGIN`` times that choice: the sequential rungs
+    then run fewer blocks than the GPU has SMs and walk every token in turn, while the scan splits the sequence
+    (measured at B1 H2 K=V=128: 15x faster than r3 for decay at T = 1M, 5.5x for gated delta at T = 256K). At
+    the standard shape the scan's cost model picks one segment and the estimate never prefers it.
 
     Args:
         T, K, V: sequence length and head dimensions.
         recurrence: one of :data:`linattn_numba.reference.RECURRENCES`, or None (treated as additive).
         chunk_size: the chunk size the call asks for; rungs that do not offer it (``CHUNK_SIZES``) are skipped.
+        B, H: batch and heads; without them the scan is never picked.
     """
     if recurrence is not None and recurrence not in RECURRENCES:
         raise ValueError(f"recurrence must be one of {RECURRENCES} or None, got {recurrence!r}")
     delta = recurrence in ("delta", "gated_delta")
     order = ("recurrent", "shared") if delta else ("shared", "recurrent")
+    choice = "naive"
     for name in order + ("chunked",):
         mod = rungs.module(name) if name in RUNGS else None
         if mod is None or K > (mod.MAX_K or K) or V > (mod.MAX_V or V):
             continue
         sizes = getattr(mod, "CHUNK_SIZES", None)
         if sizes is None or chunk_size in sizes:
-            return name
-    return "naive"
+            choice = name
+            break
+    if B is not None and H is not None and "scan" in RUNGS and choice in SEQ_US_PER_TOKEN:
+        scan = rungs.module("scan")
+        if K <= scan.MAX_K and chunk_size in scan.CHUNK_SIZES and T > 0:
+            if estimate_ms("scan", B, T, H, K, V, delta) < SCAN_MARGIN * estimate_ms(choice, B, T, H, K, V, delta):
+                return "scan"
+    return choice
 
 
 def _scale(scale, K):
@@ -318,7 +360,7 @@ def attention(
         _check_shape(hi, (B, H, K, V), "[B, H, K, V]")
     s = _scale(scale, K)
     recurrence = RECURRENCES[(gi is not None) + 2 * (bi is not None)]
-    mod = _rung_module(rung, K, V, T, chunk_size, recurrence)
+    mod = _rung_module(rung, K, V, T, chunk_size, recurrence, B=B, H=H)
     if validate:
         for x in (qi, ki, vi, hi):
             if x is not None:

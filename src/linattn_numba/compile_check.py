@@ -5,9 +5,15 @@ to compile for the GPU (a float64 accumulator, an unsupported call, a shape that
 This module compiles each rung's ``compile_targets()`` with ``numba.cuda.compile_ptx`` for compute capability 9.0
 (the H100/H200), which needs NVVM (``numba-cuda[cu13]``) but no GPU and no driver.
 
-Run as ``python -m linattn_numba.compile_check [rung ...]`` (the simulator must be off). Exit status 1 when any
-variant fails; the failures are listed. Kernels whose PTX spills their register arrays to local memory are
-reported too (a performance bug, not an error).
+Run as ``python -m linattn_numba.compile_check [--assemble] [rung ...]`` (the simulator must be off). Exit status 1
+when any variant fails; the failures are listed. Kernels whose PTX spills their register arrays to local memory are
+reported too (a performance bug, not an error). The tensor-core primitives (:mod:`linattn_numba.mma`) are always
+compiled, and their PTX must hold the ``mma.sync`` instruction.
+
+``--assemble`` also runs ptxas on every PTX (through nvJitLink, which ``numba-cuda[cu13]`` installs; still no GPU):
+inline PTX that NVVM passes through unchecked (``cp.async``, ``bar.sync``, ``mma.sync``, 128-bit accesses) is only
+validated there, and ptxas reports each kernel's registers and spills, printed per kernel. The mma kernels are
+always assembled.
 """
 
 from __future__ import annotations
@@ -25,16 +31,26 @@ def main(argv=None) -> int:
 
     from . import api, rungs
 
-    names = list(argv if argv is not None else sys.argv[1:]) or list(rungs.RUNGS)
+    from . import mma
+
+    args = list(argv if argv is not None else sys.argv[1:])
+    assemble_all = "--assemble" in args
+    names = [a for a in args if a != "--assemble"] or list(rungs.RUNGS)
     targets = []
     for name in names:
         targets += [(name, *t) for t in rungs.module(name).compile_targets()]
     targets += [("api", *t) for t in api.compile_targets()]
+    targets += [("mma", *t) for t in mma.compile_targets()]
     failures, spills = [], []
     t0 = time.time()
     for i, (rung, label, fn, argtypes) in enumerate(targets, 1):
+        info = ""
         try:
             ptx, _ = cuda.compile_ptx(fn, argtypes, cc=(9, 0))
+            if rung == "mma" and "mma.sync.aligned.m16n8k8" not in ptx:
+                raise RuntimeError("no mma.sync.aligned.m16n8k8 in the PTX")
+            if assemble_all or rung == "mma":
+                info = assemble(ptx)
         except Exception as e:  # noqa: BLE001 - report every failure, keep going
             failures.append(f"{label}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
             status = "FAIL"
@@ -43,13 +59,46 @@ def main(argv=None) -> int:
             if "ld.local" in ptx or "st.local" in ptx:
                 spills.append(label)
                 status = "ok (local memory)"
-        print(f"[{i:3d}/{len(targets)}] {status:18s} {label}", flush=True)
+        print(f"[{i:3d}/{len(targets)}] {status:18s} {label}{'  ' + info if info else ''}", flush=True)
     print(f"compiled {len(targets) - len(failures)}/{len(targets)} kernels for sm_90 in {time.time() - t0:.0f} s")
     for s in spills:
         print(f"local memory in: {s}")
     for f in failures:
         print(f"FAILED: {f}")
     return 1 if failures else 0
+
+
+def assemble(ptx: str, arch: str = "sm_90") -> str:
+    """ptxas (through nvJitLink) on ``ptx``: raises with ptxas's log when it fails; returns "N registers, S bytes
+    spilled" of the (last) kernel in it, or "" when nvJitLink is not installed."""
+    import re
+
+    try:
+        from cuda.bindings import nvjitlink
+    except ImportError:
+        return ""
+    h = nvjitlink.create(2, [f"-arch={arch}", "-verbose"])
+    try:
+        data = ptx.encode()
+        try:
+            nvjitlink.add_data(h, nvjitlink.InputType.PTX, data, len(data), "kernel")
+            nvjitlink.complete(h)
+        except Exception as e:  # noqa: BLE001 - add the error log, which says what ptxas rejected
+            size = nvjitlink.get_error_log_size(h)
+            log = bytearray(size)
+            if size:
+                nvjitlink.get_error_log(h, log)
+            raise RuntimeError(f"ptxas: {log.decode(errors='replace').strip() or e}") from e
+        size = nvjitlink.get_info_log_size(h)
+        log = bytearray(size)
+        if size:
+            nvjitlink.get_info_log(h, log)
+    finally:
+        nvjitlink.destroy(h)
+    text = log.decode(errors="replace")
+    regs = re.findall(r"Used (\d+) registers", text)
+    spill = re.findall(r"(\d+) bytes spill stores", text)
+    return f"{regs[-1]} registers, {spill[-1] if spill else 0} bytes spilled" if regs else ""
 
 
 if __name__ == "__main__":
