@@ -154,7 +154,8 @@ def test_vector_store_is_checked():
         k[1, 32](out)
 
 
-RUNG_CASES = [("recurrent", 16), ("chunked", 16), ("shared", 16), ("scan", 16), ("warp_roles", 16)]
+RUNG_CASES = [("recurrent", 16), ("chunked", 16), ("shared", 16), ("scan", 16), ("warp_roles", 16),
+              ("tensor_cores", 16)]
 
 
 @pytest.mark.parametrize("recurrence", ["plain", "decay", "delta", "gated_delta"])

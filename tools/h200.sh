@@ -40,7 +40,7 @@ for m in ${modes//,/ }; do
       timeout 200 python3 -m pytest -m gpu tests/test_gpu.py tests/test_r4_scan.py -q -x -p no:cacheprovider 2>&1 | tail -25 | tee "$out/gpu_tests.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     bench)
-      bench --rungs recurrent,shared,scan,warp_roles --step --softmax --tune --out "$out/h200_ladder_$sha.json" "$@" \
+      bench --rungs recurrent,shared,scan,warp_roles,tensor_cores --step --softmax --tune --out "$out/h200_ladder_$sha.json" "$@" \
         | tee "$out/bench.log" || rc=1;;
     long|long_decay|long_gdn)
       if [ "$m" != long_gdn ]; then

@@ -29,6 +29,7 @@ _MODULES = {
     "shared": "r3_shared",
     "scan": "r4_scan",
     "warp_roles": "r5_warp_roles",
+    "tensor_cores": "r6_tensor_cores",
 }
 
 RUNGS = tuple(_MODULES)

@@ -1,0 +1,252 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # r6 · `tensor_cores`: the chunk pass on the tensor cores, with float32 accuracy from TF32
+#
+# **Learning goals.** After this notebook you can
+#
+# 1. say why r3's state pass is bound by the FMA units, and what the H200's tensor cores offer instead: warp-wide
+#    `mma.sync` tile products in **TF32** (a float32 with a 10-bit mantissa);
+# 2. read an `mma.sync.m16n8k8` **fragment layout**: which lane holds which element of A, B and the accumulator,
+#    and write the instruction from Numba through an inline-PTX intrinsic (`linattn_numba.mma`);
+# 3. explain **3xTF32**: how splitting each operand into a TF32 `big` part and a TF32 `small` remainder recovers
+#    float32 accuracy from three TF32 products, and measure the difference against one product;
+# 4. follow r6's state kernel: the state `S` lives in the warps' accumulator fragments, P2 accumulates into them,
+#    P1 reads `S` back from shared memory as its right-hand side.
+
+# %%
+# Setup. Numba chooses between a real GPU and its CUDA simulator once, when numba.cuda is first imported:
+# run on the GPU when the CUDA driver reports one, else in the (patched) simulator.
+import linattn_numba.sim
+
+linattn_numba.sim.use_if_no_gpu()
+
+import inspect  # noqa: E402
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from IPython.display import Code, Markdown, display  # noqa: E402
+
+import linattn_numba as la  # noqa: E402
+from linattn_numba import figures, mma, reference  # noqa: E402
+from linattn_numba.rungs import r3_shared as r3  # noqa: E402
+from linattn_numba.rungs import r6_tensor_cores as r6  # noqa: E402
+from linattn_numba.testing import TOL_FP32, make_inputs, rel_err  # noqa: E402
+
+print("running on", "Numba's CUDA simulator (CPU)" if la.sim.active() else "a CUDA GPU")
+print("rung", r6.NAME, "| chunk sizes", r6.CHUNK_SIZES, "| MAX_K", r6.MAX_K, "| value tile", r6.BV_DEFAULT,
+      "| precisions", r6.PRECISIONS, "(default", r6.PRECISION + ")")
+
+# %% [markdown]
+# ## 1. What changes from r3, and why
+#
+# The math is r3's (notebook `r3_shared`): per chunk, the sequential state kernel computes
+#
+# $$P_1:\ X = [W; Q']\,S,\qquad P_2:\ S \leftarrow \gamma_C S + K^T \operatorname{diag}(\gamma_C/\gamma)\,V_{new},$$
+#
+# with `V_new = U − W S` and the output `scale (Q' S + U'')` read off `X`. In r3 every thread computes 4 × 4
+# tiles of these products with FMAs. An SM's FMA units do 128 float32 FMAs per clock; its tensor cores do several
+# times that many TF32 multiply-adds, but only as **whole-warp tile products**: `mma.sync.m16n8k8` multiplies a
+# 16 × 8 tile of A by an 8 × 8 tile of B into a 16 × 8 float32 accumulator, the 32 lanes each holding a few
+# elements of each. r6 keeps r3's intra kernel and its staging, and rewrites the two products as such tiles.
+#
+# ## 2. The instruction and its fragments
+#
+# Numba has no tensor-core API; `linattn_numba.mma` emits the PTX instruction as inline assembly (and, under the
+# simulator, runs it as a warp rendezvous that multiplies the tile assembled from all lanes' fragments). Which
+# lane holds which element, from the module's own layout functions:
+
+# %%
+def lane_map(frag, shape):
+    grid = np.full(shape, "", dtype=object)
+    for lane in range(32):
+        for reg, (r, c) in enumerate(frag(lane)):
+            grid[r, c] = f"{lane}.{reg}"
+    return grid
+
+
+fig, axs = plt.subplots(1, 3, figsize=(12, 4.2), gridspec_kw=dict(width_ratios=[8, 8, 8]))
+for ax, (name, frag, shape) in zip(axs, (("A (16 x 8, row major): a0..a3", mma.fragment_a, (16, 8)),
+                                         ("B (8 x 8): b0, b1", mma.fragment_b, (8, 8)),
+                                         ("C, D (16 x 8, float32): c0..c3", mma.fragment_c, (16, 8)))):
+    grid = lane_map(frag, shape)
+    lanes = np.vectorize(lambda s: int(s.split(".")[0]))(grid)
+    ax.imshow(lanes // 4, cmap="tab10", vmin=0, vmax=9, aspect="auto")
+    for (r, c), s in np.ndenumerate(grid):
+        ax.text(c, r, s, ha="center", va="center", fontsize=5.5)
+    ax.set_title(name, fontsize=9)
+    ax.set_xticks(range(shape[1]))
+    ax.set_yticks(range(shape[0]))
+    ax.tick_params(labelsize=6)
+fig.suptitle("lane.register of every element (colour: g = lane // 4)", fontsize=9)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The intrinsic itself (the GPU branch of the module: `mma.sync` with four 32-bit A registers, two B registers
+# and four float32 accumulators in, four out) and the 3xTF32 device function:
+
+# %%
+src = inspect.getsource(mma)
+display(Code(src[src.index("    @intrinsic\n    def to_tf32"):src.index("def compile_targets")], language="python"))
+
+# %% [markdown]
+# ## 3. TF32 and 3xTF32
+#
+# A TF32 operand keeps 10 of float32's 23 mantissa bits: one tile product is accurate to about `2^-11` relative
+# per term. Splitting `x = big + small` with `big = tf32(x)` and `small = tf32(x − big)` keeps ~21 bits, and
+# `A B ≈ Ab Bb + Ab Bs + As Bb` (the `As Bs` term is below float32's resolution): three tensor-core products.
+# One warp, a 16 × 8 × 32 product, against float64:
+
+# %%
+rng = np.random.default_rng(0)
+A = rng.standard_normal((16, 32)).astype(np.float32)
+Bm = rng.standard_normal((32, 8)).astype(np.float32)
+Cm = rng.standard_normal((16, 8)).astype(np.float32)
+exact = A.astype(np.float64) @ Bm + Cm
+errs = {}
+for three in (False, True):
+    D = np.zeros((16, 8), np.float32)
+    mma._tile_kernel(three)[1, 32](A, Bm, Cm, D)
+    errs["3xTF32" if three else "TF32"] = np.abs(D - exact).max() / np.abs(exact).max()
+fp32 = np.abs((A @ Bm + Cm) - exact).max() / np.abs(exact).max()
+display(Markdown("| product | max rel err vs float64 |\n|---|--:|\n" + "\n".join(
+    f"| {k} | {v:.1e} |" for k, v in errs.items()) + f"\n| float32 FMAs (NumPy) | {fp32:.1e} |"))
+assert errs["3xTF32"] < 2e-6 < errs["TF32"]
+
+# %% [markdown]
+# ## 4. The state kernel
+#
+# Thread map and layout, from the module docstring, then the kernel. Things to notice:
+#
+# * `S` is `Sf`, 4 registers per tile, 4 tiles per warp: exactly the accumulator fragments of P2's tiles. P2 is
+#   `Sf = mma(Kᵀ fragment, V_new fragment, Sf)` over the chunk's time steps; no thread ever holds a 4 × 4 block.
+# * P1 needs `S` as a B operand (columns split across lanes differently from the accumulator), so once per
+#   chunk every lane writes its `Sf` to shared memory, and P1 reads it back after the staging barrier.
+# * Every `mma` sits in a loop whose trip count is the same for all lanes of a warp (tiles are assigned per
+#   warp): `mma.sync` is `.aligned`, every lane must execute it.
+# * The loops stop at `K` rounded up to 8 (P1) and at the chunk's last valid row (P2): padded rows are zero, and
+#   a trip count the compiler cannot see keeps it from unrolling the loops into more registers than the launch
+#   bounds allow.
+
+# %%
+doc = r6.__doc__
+display(Markdown("```\n" + doc[doc.index("Thread map"):doc.index("Status:")].rstrip() + "\n```"))
+for name in ("_state_layout", "_threads", "_p1_element", "_state_kernel", "launches"):
+    display(Markdown(f"**`{name}`**"))
+    display(Code(inspect.getsource(getattr(r6, name)), language="python"))
+
+# %% [markdown]
+# ## 5. Smoke run against the oracle
+#
+# `B1 T40 H1 K=V=16`, all four recurrences, every chunk size, with an initial state: 3xTF32 must be within the
+# float32 tolerance; one TF32 product per step is shown beside it (its error is TF32's, not float32's).
+
+# %%
+B, T, H, K, V = 1, 40, 1, 16, 16
+rows = []
+for rec in reference.RECURRENCES:
+    inp = make_inputs(B, T, H, K, V, rec, initial_state=True, seed=0)
+    args = (inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"])
+    o_ref, h_ref = reference.recurrent(*args, initial_state=inp["initial_state"])
+    for C in r6.CHUNK_SIZES:
+        o6, h6 = la.attention(*args, rung=r6.NAME, initial_state=inp["initial_state"], output_final_state=True,
+                              chunk_size=C)
+        e3 = max(rel_err(o6, o_ref), rel_err(h6, h_ref))
+        rows.append(f"| {rec} | {C} | {e3:.1e} | {'ok' if e3 <= TOL_FP32 else 'FAIL'} |")
+        assert e3 <= TOL_FP32, (rec, C, e3)
+display(Markdown(f"| recurrence | C | rel err (3xTF32) | within {TOL_FP32:g} |\n|---|--:|--:|---|\n"
+                 + "\n".join(rows)))
+
+from numba import cuda  # noqa: E402
+
+inp = make_inputs(1, 48, 1, 16, 16, "gated_delta", initial_state=True, seed=1)
+d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+res = {}
+for prec in r6.PRECISIONS:
+    o = cuda.to_device(np.full((1, 48, 1, 16), np.nan, np.float32))
+    ht = cuda.to_device(np.full((1, 1, 16, 16), np.nan, np.float32))
+    r6.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, 0.25, 16, precision=prec)
+    o_ref, h_ref = reference.recurrent(inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], scale=0.25,
+                                       initial_state=inp["initial_state"])
+    res[prec] = max(rel_err(o.copy_to_host(), o_ref), rel_err(ht.copy_to_host(), h_ref))
+print("gated delta, T = 48: rel err", ", ".join(f"{k} {v:.1e}" for k, v in res.items()))
+
+# %% [markdown]
+# ## 6. Napkin math
+#
+# Per chunk and block (C = 64, K = V = 128, BV = 64, delta rule with output): P1 is a [128, 128] × [128, 64]
+# product, P2 a [128, 64] × [64, 64] one. In `m16n8k8` instructions, and against the FMA work r3 does for the
+# same products:
+
+# %%
+C0, KP0, BV0 = r6.DEFAULT_CHUNK, r3.padded_k(128), r6.BV_DEFAULT
+p1_rows = 2 * C0
+mma_p1 = (p1_rows // 16) * (BV0 // 8) * (KP0 // 8)
+mma_p2 = (KP0 // 16) * (BV0 // 8) * (C0 // 8)
+fma = p1_rows * KP0 * BV0 + KP0 * C0 * BV0
+threads = r6._threads(KP0, BV0)
+display(Markdown(
+    f"| | P1 | P2 | total |\n|---|--:|--:|--:|\n"
+    f"| m16n8k8 tiles (one TF32 product each) | {mma_p1} | {mma_p2} | {mma_p1 + mma_p2} |\n"
+    f"| tensor-core instructions, 3xTF32 | {3 * mma_p1} | {3 * mma_p2} | {3 * (mma_p1 + mma_p2)} |\n"
+    f"| per warp ({threads // 32} warps) | {3 * mma_p1 // (threads // 32)} | {3 * mma_p2 // (threads // 32)} | "
+    f"{3 * (mma_p1 + mma_p2) // (threads // 32)} |\n"
+    f"| float32 FMAs in r3 (per thread of {(KP0 // 4) * (BV0 // 4)}) | "
+    f"{p1_rows * KP0 * BV0 // ((KP0 // 4) * (BV0 // 4))} | {KP0 * C0 * BV0 // ((KP0 // 4) * (BV0 // 4))} | "
+    f"{fma // ((KP0 // 4) * (BV0 // 4))} |"))
+
+# %% [markdown]
+# One `m16n8k8` is 1,024 multiply-adds: with 3xTF32 a chunk costs 3 x 1,024 x tiles of tensor work in place of
+# r3's FMAs, each tile step also loading 6 operand registers per lane from shared memory (and, for 3xTF32,
+# splitting them: 12 conversions and 6 subtractions). Whether the tensor cores' rate survives those loads is what
+# the H200 will say.
+#
+# ## 7. On the H200
+
+# %%
+data = figures.load_or_explain(figures.find_data_dir())
+mine = [r for r in (data.records if data else []) if r.get("key") == r6.NAME and figures.timed(r)]
+if not mine:
+    print("No H200 record of r6 yet: `linattn-numba bench` (on a GPU) times it with the other rungs "
+          "(`bash tools/h200.sh bench` runs it at the standard shape).")
+else:
+    std = tuple(figures.STANDARD[k] for k in "BTHKV")
+    rows = [r for r in figures.ordered(data.records) if figures.shape_tuple(r) == std
+            and r.get("key") in (r6.NAME, r3.NAME, "fla_chunk_simple_gla", "fla_chunk_gated_delta_rule")]
+    display(Markdown(figures.markdown_table(rows)))
+
+# %% [markdown]
+# ## 8. What limits this rung, and what would come next
+#
+# * **Operand loads.** Every tile step loads its A and B fragments from shared memory with 32-bit loads (6 per
+#   lane per step), and 3xTF32 adds the split. `ldmatrix` (which loads whole 8 × 8 fragments per instruction)
+#   serves 16-bit types; for TF32 the usual remedy is to keep fragments in registers across tiles (a warp's four
+#   S tiles share P2's A fragment) and to lay shared memory out so each fragment is one 64- or 128-bit load.
+# * **Registers.** ptxas reports the state kernel at the 128-register cap of a 512-thread block with some bytes
+#   spilled (`python -m linattn_numba.compile_check --assemble tensor_cores` prints them per variant).
+# * **The intra kernel** is still r3's FMA code: for the delta rule it is half of r3's time, and its products
+#   (`Q Kᵀ`, `K Kᵀ`, the block inverse, W, U, Q', U'') are the next candidates for the tensor cores.
+# * **Hopper's own instructions** (`wgmma`: warp-group products with operands straight from shared memory, the
+#   TMA copy engine) are the step after `mma.sync`; Numba reaches them only through inline PTX as well.
+#
+# ## Exercises
+#
+# 1. From `mma.fragment_a` and `mma.fragment_c`, show that P2's four tiles of one warp (same rows, four column
+#    groups) could share one A fragment per step. How many shared-memory loads per lane and step would that save?
+# 2. Change `mma_3xtf32` to drop the `Ab Bs` term (2xTF32, "big·big + small·big"). Predict its error on the tile of
+#    section 3 and check.
+# 3. The P1 loop stops at `8 ceil(K / 8)`. Why is that correct, and how much work does it save at K = 20?
+# 4. Count the bytes of shared memory one P2 step reads per warp, and compare with the FLOPs of its three mma
+#    instructions: is the tile step bound by shared-memory bandwidth or by the tensor cores?

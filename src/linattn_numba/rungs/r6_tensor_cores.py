@@ -1,0 +1,366 @@
+"""Rung r6 ``tensor_cores``: r3's chunk pass with its two matrix products on the tensor cores, as 3xTF32
+``mma.sync`` tiles (float32 accuracy) or plain TF32 (fla's fp32 path), warp by warp.
+
+What changed from r3, and why
+-----------------------------
+r3's state kernel is the sequential part of the chunkwise algorithm (one block walks the chunks of one head and
+one value tile) and most of its time: 2.0 of 2.9 ms for the decay recurrence and 3.2 of 5.7 ms for the gated
+delta rule at B4 T8192 H16 K=V=128 (``figures/data/probes/h200_r3_tune.json``). Its two products per chunk,
+
+    P1   X = [W; Q'] S        (delta; Q S for the additive family)   [C or 2C, K] x [K, BV]
+    P2   S <- gamma_C S + K^T diag(gamma_C / gamma) V_new               [K, C] x [C, BV]
+
+run on the FMA units as 4x4 register tiles: about 25% of the fp32 FMA rate. The H200's tensor cores multiply
+TF32 (10-bit mantissa) at several times that rate. Here the same two products are ``mma.sync.m16n8k8`` tiles
+(:mod:`linattn_numba.mma`): each warp owns 16 x 8 tiles, and every lane holds 4 accumulators of each (the
+"C fragment": rows g and g + 8, columns 2i and 2i + 1 of the tile, g = lane // 4, i = lane % 4). The state S
+now lives in those fragments: the warp that owns a tile of S accumulates P2 into it, and stores it to shared
+memory once per chunk as P1's right-hand side.
+
+TF32 alone would cost float32 accuracy (relative error ~1e-3 where r3 has ~1e-6). ``precision="3xtf32"``
+(the default) splits every operand into a TF32 ``big`` part and a TF32 ``small`` remainder and sums three
+products (``big big + big small + small big``): error about that of float32 FMAs, three tensor-core
+instructions per tile step. ``precision="tf32"`` is the one-product variant (what fla's chunk kernels do with
+float32 inputs), for comparison.
+
+The intra kernel (gates, scores, the WY solve, Q' and U'') is r3's, launched by r3's code with r3's scratch; only
+the state kernel is new, so ``diff`` against r3's ``_state_kernel`` shows the lesson.
+
+Thread map (grid ``(ceil(V / BV), B H)`` as r3; block ``32 max(1, KP BV / 512)`` threads: 512 at K = 128,
+BV = 64)::
+
+    S [KP, BV] in 16 x 8 tiles, tile st = (st // (BV / 8), st % (BV / 8)); warp w owns tiles 4w .. 4w + 3
+    P1: output tile (16 rows of [W; Q'], 8 columns) j goes to warp j mod NW; KP / 8 mma steps, operands from
+        shared memory: A = row block rows, B = S as stored this chunk
+    P2: each warp accumulates its own S tiles over the C / 8 steps of the chunk: A = K^T (K's rows read
+        transposed from shared memory), B = V_new
+    staging, gates, prefetch and the P1 epilogue (V_new = (U - X) gamma_C / gamma_t in place, or the output
+    o = scale (X gamma + U'')): r3's loops, by thread
+
+Shared memory: r3's layout, but the rows of S and V_new are padded by 8 floats instead of 4, so that the B
+fragments (lanes 4g + i read row k0 + i, column c0 + g) fall in 32 distinct banks; the row blocks keep r3's
+4-float padding, which serves P1's A fragments (row g, column i) the same way.
+
+Status: compiled for sm_90 and checked against the float64 oracle in the simulator (where the mma is a warp
+rendezvous that computes the tile product from every lane's fragments); not yet timed on the H200 -- the bench
+runs it with every other rung. ``auto`` does not pick it until it is measured.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import config, cuda, float32, types
+
+from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
+from ..mma import mma_3xtf32, mma_tf32
+from ..reference import RECURRENCES
+from . import r3_shared as r3
+from .r3_shared import _chunk_gates, _prefetch_rows3, _prefetch_rows4, _stage_input, _stage_input4, _stage_scratch
+
+NAME = "tensor_cores"
+MAX_K = r3.MAX_K  # the intra kernel is r3's
+MAX_V = None  # V is tiled across blocks
+CHUNK_SIZES = r3.CHUNK_SIZES
+DEFAULT_CHUNK = r3.DEFAULT_CHUNK
+BV_DEFAULT = 64  # r3's tuned tile at C = 64, K = 128 (one block of 512 threads per SM)
+PRECISIONS = ("3xtf32", "tf32")
+PRECISION = "3xtf32"  # the default of forward(precision=...)
+
+
+def _state_layout(C, KP, BV):
+    """(KS, VS, offsets of the row blocks, S, V_new, gamma_t, gamma_C / gamma_t, total floats)."""
+    KS, VS = KP + 4, BV + 8
+    o_a = 0  # two row blocks [C, KS]: W | Q' (delta, output), W | K, Q | K (additive, output) or - | K
+    o_s = o_a + 2 * C * KS  # S [KP, VS], P1's right-hand side
+    o_v = o_s + KP * VS  # V_new [C, VS]
+    o_gm = o_v + C * VS
+    o_f = o_gm + C
+    return KS, VS, o_a, o_s, o_v, o_gm, o_f, o_f + C
+
+
+def _threads(KP, BV):
+    """Threads of the state kernel: whole warps, 4 tiles of S (16 x 8) each when there are enough tiles."""
+    return 32 * max(1, (KP * BV) // 512)
+
+
+@cuda.jit(device=True, inline="always")
+def _p1_element(sm, o, u2, x, row, col, delta, out, has_g, O_V, VS, O_F, O_GM, C, n, b, h, bh, t0, v0, V, scale):
+    """One element of P1's result X: V_new in place (delta rows) or the output."""
+    if delta and row < C:
+        p = O_V + row * VS + col
+        if row < n:
+            f = sm[O_F + row] if has_g else float32(1.0)  # gamma_C / gamma_t
+            sm[p] = (sm[p] - x) * f  # this lane's own element
+        else:
+            sm[p] = float32(0.0)  # past the sequence: adds nothing to the state (K's row is 0 there too)
+    elif out:
+        t = row - C if delta else row
+        if t < n and v0 + col < V:
+            gm = float32(1.0)
+            if has_g and not delta:
+                gm = sm[O_GM + t]
+            o[b, t0 + t, h, v0 + col] = scale * (x * gm + u2[bh, t0 + t, v0 + col])
+
+
+@functools.lru_cache(maxsize=None)
+def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
+    NTH = _threads(KP, BV)
+    NW = NTH // 32
+    KS, VS, O_A, O_S, O_V, O_GM, O_F, _ = _state_layout(C, KP, BV)
+    TC = BV // 8  # tile columns of S and of P1's result
+    NST = (KP // 16) * TC  # tiles of S
+    SPW = cdiv(NST, NW)  # tiles of S per warp (4, fewer only for tiny K x BV)
+    SF = 4 * SPW  # state registers per lane (a compile-time size for cuda.local.array)
+    P1_ROWS = C * (int(delta) + int(out))
+    P1T = (P1_ROWS // 16) * TC  # tiles of X
+    K_OFF = 0 if (delta and out) else C * KS  # where K's rows sit during P2
+    mm = mma_3xtf32 if three else mma_tf32
+
+    def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):
+        """Value columns x * BV .. of head y through every chunk; S in the warps' mma accumulator fragments."""
+        T, H, K = k.shape[1], k.shape[2], k.shape[3]
+        V = v.shape[3]
+        vec_v = V % 4 == 0
+        NC = (T + C - 1) // C
+        # P1's steps stop at K rounded up to 8 (S rows and row-block columns past K are zero): a trip count the
+        # compiler cannot see, which keeps the loop rolled -- fully unrolled, all 6 x KP / 8 operand addresses
+        # were computed ahead into 64-bit registers, beyond the launch bounds' 128 (spilled)
+        kp_rt = 8 * ((K + 7) // 8)
+        sm = cuda.shared.array(0, float32)
+        bh = cuda.blockIdx.y
+        b = bh // H
+        h = bh % H
+        v0 = cuda.blockIdx.x * BV
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g = lane // 4
+        i4 = lane % 4
+        Sf = cuda.local.array(SF, float32)  # tile e, register j: row g + 8 (j // 2), column 2 i4 + j % 2
+        for e in range(SPW):
+            st = warp * SPW + e
+            r0 = 16 * (st // TC)
+            c0 = 8 * (st % TC)
+            for j in range(4):
+                rr = r0 + g + 8 * (j // 2)
+                cc = v0 + c0 + 2 * i4 + j % 2
+                Sf[4 * e + j] = float32(0.0)
+                if has_h0 and st < NST and rr < K and cc < V:
+                    Sf[4 * e + j] = h0[b, h, rr, cc]
+        if has_g and NC > 0:
+            _chunk_gates(sm, O_F, O_GM, bcum, bh, 0, min(C, T), C, tid, NTH)
+            cuda.syncthreads()  # the first chunk's gates are read by its staging
+        for c in range(NC):
+            t0 = c * C
+            n = min(C, T - t0)
+            b_last = bcum[bh, t0 + n - 1] if has_g else float32(0.0)
+            # -- stage: S from the fragments, the row blocks, the value tile (r3's staging loops) --
+            if P1T > 0:
+                for e in range(SPW):
+                    st = warp * SPW + e
+                    if st < NST:
+                        r0 = 16 * (st // TC)
+                        c0 = 8 * (st % TC)
+                        for j in range(4):
+                            sm[O_S + (r0 + g + 8 * (j // 2)) * VS + c0 + 2 * i4 + j % 2] = Sf[4 * e + j]
+            if delta:
+                _stage_scratch(sm, O_A, KS, w, bh, t0, 0, KP, C, KP, tid, NTH, True)
+            elif out:
+                if vin:
+                    _stage_input4(sm, O_A, KS, q, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
+                else:
+                    _stage_input(sm, O_A, KS, q, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
+            if delta and out:
+                _stage_scratch(sm, O_A + C * KS, KS, qp, bh, t0, 0, KP, C, KP, tid, NTH, True)
+            elif vin:
+                _stage_input4(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
+            else:
+                _stage_input(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
+            if delta:  # U (V_new after P1)
+                _stage_scratch(sm, O_V, VS, u, bh, t0, v0, V, C, BV, tid, NTH, vec_v)
+            elif vin:  # V, rows times gamma_C / gamma_t
+                _stage_input4(sm, O_V, VS, v, b, h, t0, n, V, v0, C, BV, tid, NTH, has_g, O_F)
+            else:
+                _stage_input(sm, O_V, VS, v, b, h, t0, n, V, v0, C, BV, tid, NTH, has_g, O_F)
+            cuda.syncthreads()  # everything staged, S included
+
+            if c + 1 < NC:  # L2 prefetch of the next chunk's rows, as in r3
+                t1 = t0 + C
+                n1 = min(C, T - t1)
+                if delta:
+                    _prefetch_rows3(w, bh, t1, n1, 0, KP, tid, NTH)
+                    _prefetch_rows3(u, bh, t1, n1, v0, min(BV, V - v0), tid, NTH)
+                    if out:
+                        _prefetch_rows3(qp, bh, t1, n1, 0, KP, tid, NTH)
+                else:
+                    _prefetch_rows4(v, b, h, t1, n1, v0, min(BV, V - v0), tid, NTH)
+                    if out:
+                        _prefetch_rows4(q, b, h, t1, n1, 0, K, tid, NTH)
+                _prefetch_rows4(k, b, h, t1, n1, 0, K, tid, NTH)
+                if out:
+                    _prefetch_rows3(u2, bh, t1, n1, v0, min(BV, V - v0), tid, NTH)
+
+            # -- P1: X = rows @ S, one 16 x 8 tile per warp at a time (warp-uniform loop: every lane runs the mma) --
+            for tile in range(warp, P1T, NW):
+                pr = 16 * (tile // TC)
+                pc = 8 * (tile % TC)
+                d0 = float32(0.0)
+                d1 = float32(0.0)
+                d2 = float32(0.0)
+                d3 = float32(0.0)
+                ra = O_A + (pr + g) * KS + i4
+                rb = O_S + i4 * VS + pc + g
+                for k0 in range(0, kp_rt, 8):
+                    d0, d1, d2, d3 = mm(sm[ra + k0], sm[ra + 8 * KS + k0], sm[ra + k0 + 4], sm[ra + 8 * KS + k0 + 4],
+                                        sm[rb + k0 * VS], sm[rb + (k0 + 4) * VS], d0, d1, d2, d3)
+                row = pr + g
+                col = pc + 2 * i4
+                _p1_element(sm, o, u2, d0, row, col, delta, out, has_g, O_V, VS, O_F, O_GM, C, n, b, h, bh, t0,
+                            v0, V, scale)
+                _p1_element(sm, o, u2, d1, row, col + 1, delta, out, has_g, O_V, VS, O_F, O_GM, C, n, b, h, bh,
+                            t0, v0, V, scale)
+                _p1_element(sm, o, u2, d2, row + 8, col, delta, out, has_g, O_V, VS, O_F, O_GM, C, n, b, h, bh,
+                            t0, v0, V, scale)
+                _p1_element(sm, o, u2, d3, row + 8, col + 1, delta, out, has_g, O_V, VS, O_F, O_GM, C, n, b, h,
+                            bh, t0, v0, V, scale)
+            if delta and out:
+                cuda.syncthreads()  # W and Q' are consumed: K takes their place
+                _stage_input(sm, O_A, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
+            cuda.syncthreads()  # V_new (and K) complete
+
+            # -- P2: S <- gamma_C S + K^T V_new on the warp's own tiles; meanwhile the next chunk's gates --
+            if has_g and c + 1 < NC:
+                _chunk_gates(sm, O_F, O_GM, bcum, bh, t0 + C, min(C, T - t0 - C), C, tid, NTH)
+            if has_g:
+                gc = math.exp(b_last)
+                for e in range(SF):
+                    Sf[e] *= gc
+            for e in range(SPW):
+                st = warp * SPW + e
+                if st < NST:  # warp-uniform
+                    r0 = 16 * (st // TC)
+                    c0 = 8 * (st % TC)
+                    ka = O_A + K_OFF + i4 * KS + r0 + g  # K^T[r0 + g, i4] = K[i4, r0 + g]
+                    vb = O_V + i4 * VS + c0 + g
+                    s0 = Sf[4 * e]
+                    s1 = Sf[4 * e + 1]
+                    s2 = Sf[4 * e + 2]
+                    s3 = Sf[4 * e + 3]
+                    for k0 in range(0, 8 * ((n + 7) // 8), 8):  # rows past n are zero: skipped
+                        s0, s1, s2, s3 = mm(sm[ka + k0 * KS], sm[ka + k0 * KS + 8], sm[ka + (k0 + 4) * KS],
+                                            sm[ka + (k0 + 4) * KS + 8], sm[vb + k0 * VS], sm[vb + (k0 + 4) * VS],
+                                            s0, s1, s2, s3)
+                    Sf[4 * e] = s0
+                    Sf[4 * e + 1] = s1
+                    Sf[4 * e + 2] = s2
+                    Sf[4 * e + 3] = s3
+            cuda.syncthreads()  # before the next chunk is staged over this one
+        if has_ht:
+            for e in range(SPW):
+                st = warp * SPW + e
+                r0 = 16 * (st // TC)
+                c0 = 8 * (st % TC)
+                for j in range(4):
+                    rr = r0 + g + 8 * (j // 2)
+                    cc = v0 + c0 + 2 * i4 + j % 2
+                    if st < NST and rr < K and cc < V:
+                        ht[b, h, rr, cc] = Sf[4 * e + j]
+
+    if config.ENABLE_CUDASIM:  # the simulator's cuda.jit takes no launch_bounds
+        return cuda.jit(state)
+    return cuda.jit(state, launch_bounds=(NTH, max(1, r3.STATE_REGS_BLOCKS // NTH)))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# launching
+# ----------------------------------------------------------------------------------------------------------
+def value_tile(V: int, bv=None) -> int:
+    """BV: the state kernel's value-tile width (a multiple of 8: a tile column of the mma), ``BV_DEFAULT`` unless
+    given."""
+    bv = BV_DEFAULT if bv is None else int(bv)
+    if bv < 8 or bv % 8:
+        raise ValueError(f"rung {NAME!r}: the value tile must be a positive multiple of 8, got {bv}")
+    return min(bv, 8 * cdiv(max(V, 1), 8))
+
+
+def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, precision=None):
+    """Launch r3's intra kernel, then the tensor-core state kernel (the rung contract).
+
+    As r3: ``o=None`` means "state only" (``ht`` must be given); ``chunk_size=None`` uses ``DEFAULT_CHUNK``;
+    ``h0`` and ``ht`` may be the same array. ``bv`` overrides the value-tile width; ``precision`` is "3xtf32"
+    (float32 accuracy, the default :data:`PRECISION`) or "tf32" (one TF32 product per tile step).
+    """
+    for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv, precision):
+        launch()
+
+
+def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, precision=None):
+    """``[(kernel name, launch)]``: what :func:`forward` runs, in order. Validates the arguments and allocates
+    the scratch (r3's buffers)."""
+    B, T, H, K = q.shape
+    V = v.shape[3]
+    precision = PRECISION if precision is None else precision
+    if precision not in PRECISIONS:
+        raise ValueError(f"rung {NAME!r}: precision must be one of {PRECISIONS}, got {precision!r}")
+    if chunk_size is None:
+        chunk_size = DEFAULT_CHUNK
+    if chunk_size not in CHUNK_SIZES:
+        raise ValueError(f"rung {NAME!r}: chunk_size must be one of {CHUNK_SIZES}, got {chunk_size!r}")
+    if K > MAX_K:
+        raise ValueError(f"rung {NAME!r} supports K <= {MAX_K}, got K={K}")
+    if o is None and ht is None:
+        raise ValueError(f"rung {NAME!r}: with o=None (state only) ht must be given")
+    C = int(chunk_size)
+    KP = r3.padded_k(K)
+    BV = value_tile(V, bv)
+    has_g, delta, out = g is not None, beta is not None, o is not None
+    BH = B * H
+    if BH == 0 or V == 0:
+        return []
+    # r3's intra kernel, launched by r3's own code (which allocates the scratch it writes: the same buffers below)
+    todo = [(name, fn) for name, fn in r3.launches(q, k, v, g, beta, o, h0, ht, scale, C, stream) if name == "intra"]
+    NC = cdiv(T, C)
+    bcum, w, u, qp, u2 = r3.scratch_buffers(BH, NC * C, KP, V, has_g, delta, out, stream)
+    if T > 0 or ht is not None:
+        vin = T > 0 and r3._rows_aligned(q, k, v)
+        smem_b = _state_layout(C, KP, BV)[-1] * np.dtype(np.float32).itemsize
+        kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin,
+                               precision == "3xtf32")
+        args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale))
+        todo.append(("state", lambda: r3._launch(kern_b, (cdiv(V, BV), BH), _threads(KP, BV), smem_b, stream,
+                                                 args_b)))
+    return todo
+
+
+def compile_targets():
+    """``(label, py_func, argtypes)`` for every state-kernel variant at the default configuration (C = 64,
+    K <= 128, BV = 64, 3xTF32): 4 recurrences x float32 / float16 inputs x output or state only x h0 x ht;
+    float32 inputs with 128-bit loads (vin=1), float16 without; plus the TF32 variant of each recurrence with
+    output. The intra kernel is r3's and is compiled with r3's targets."""
+    f32 = types.float32
+    C, KP, BV = DEFAULT_CHUNK, MAX_K, BV_DEFAULT
+    s2, s3, s4 = (array_type(np.float32, n, "C") for n in (2, 3, 4))
+    a4 = array_type(np.float32, 4)
+    for dtype in INPUT_DTYPES:
+        x4 = array_type(dtype, 4)
+        vin = dtype == np.float32
+        for rec, (has_g, delta) in zip(RECURRENCES, FLAG_COMBOS):
+            tag = f"{rec},{np.dtype(dtype).name}"
+            for out in (True, False):
+                for has_h0 in (False, True):
+                    for has_ht in (False, True):
+                        if not out and not has_ht:
+                            continue  # state only needs ht
+                        yield (
+                            f"state[{tag},o={int(out)},h0={int(has_h0)},ht={int(has_ht)},vec={int(vin)}]",
+                            _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, True).py_func,
+                            (x4, x4, x4, s2, s3, s3, s3, s3, a4 if has_h0 else s4, a4 if has_ht else s4,
+                             a4 if out else s4, f32),
+                        )
+            if vin:
+                yield (f"state[{tag},tf32]", _state_kernel(C, KP, BV, has_g, delta, True, False, False, vin,
+                                                           False).py_func,
+                       (x4, x4, x4, s2, s3, s3, s3, s3, s4, s4, a4, f32))

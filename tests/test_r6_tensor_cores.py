@@ -1,0 +1,201 @@
+"""Rung r6 ``tensor_cores``, called directly: its ``forward`` under the simulator against the float64 recurrence
+(the mma is a warp rendezvous there, computing each 16 x 8 x 8 tile from all lanes' fragments), both precisions,
+the state-only mode, several value tiles and S tiles per warp, K and V that are not multiples of the tile sizes,
+and the kernels built for sm_90 with ``mma.sync`` in them.
+
+The simulated blocks are one or two warps (K <= 32, V <= 16); (K, V) and h0 / ht combinations are spread over the
+(recurrence, T, chunk) cases instead of multiplied with them.
+"""
+
+import os
+
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before anything imports numba (the package does)
+
+import functools
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from linattn_numba import reference
+from linattn_numba.rungs import r3_shared as r3
+from linattn_numba.rungs import r6_tensor_cores as r6
+from linattn_numba.testing import TOL_FP32, rel_err
+
+import chunk_helpers  # tests/chunk_helpers.py
+
+T_CHUNK = [(1, 16), (37, 16), (64, 32), (45, 32)]  # 1, 3, 2 and 2 chunks (the last one short but for T = 64)
+KV = [(16, 8), (8, 20), (20, 12)]  # K > V, K < V, K and V not multiples of 8 (padded tiles)
+H0_HT = [(True, True), (False, False), (True, False), (False, True)]
+BH = [(1, 2), (2, 1)]
+
+REC_FLAGS, make, oracle = chunk_helpers.REC_FLAGS, chunk_helpers.make, chunk_helpers.oracle
+run = functools.partial(chunk_helpers.run, r6)
+check = functools.partial(chunk_helpers.check, r6)
+
+CASES = chunk_helpers.spread_cases(T_CHUNK, KV, H0_HT, BH)
+
+
+@pytest.mark.parametrize("recurrence,shape,chunk,with_h0,with_ht", CASES)
+def test_matches_recurrent(recurrence, shape, chunk, with_h0, with_ht):
+    check(make(*shape, recurrence, seed=sum(shape) + chunk), chunk, with_h0, with_ht)
+
+
+@pytest.mark.parametrize("recurrence", ["decay", "gated_delta"])
+def test_several_value_tiles_and_state_tiles_per_warp(recurrence):
+    """V = 20 in value tiles of 8 (three blocks per head, the last one partly outside V); K = 32 gives two S
+    tiles (16 x 8) to the block's one warp."""
+    check(make(1, 40, 2, 32, 20, recurrence, seed=11), 16, bv=8)
+
+
+@pytest.mark.parametrize("recurrence", ["plain", "delta"])
+def test_chunk_64(recurrence):
+    """C = 64 (the H200 default; T = 70 leaves a short last chunk), K = 24 pads to 32 columns."""
+    check(make(1, 70, 1, 24, 12, recurrence, seed=12), 64)
+
+
+@pytest.mark.parametrize("recurrence,with_h0", [("decay", True), ("gated_delta", False)])
+def test_state_only(recurrence, with_h0):
+    """o=None: only the final state; it matches the full run's and the oracle's."""
+    inp = make(1, 37, 2, 8, 12, recurrence, seed=13)
+    o, ht = run(inp, 16, with_h0=with_h0, with_o=False)
+    assert o is None
+    _, h_ref = oracle(inp, with_h0)
+    assert rel_err(ht, h_ref) <= TOL_FP32, f"final state: rel err {rel_err(ht, h_ref):.2e}"
+
+
+@pytest.mark.parametrize("recurrence", ["plain", "gated_delta"])
+def test_float16_inputs(recurrence):
+    """float16 q, k, v are converted on load; float32 accuracy holds with 3xTF32."""
+    inp = make(1, 20, 1, 12, 20, recurrence, dtype=np.float16, seed=1)
+    assert not r3._rows_aligned(*(cuda.to_device(inp[n]) for n in "qkv"))
+    check(inp, 16)
+
+
+@pytest.mark.parametrize("recurrence", ["decay", "gated_delta"])
+def test_tf32_precision_is_tf32_accurate(recurrence):
+    """precision="tf32": one TF32 product per step. Off from float64 by TF32's ~1e-3, far beyond float32's
+    tolerance; 3xTF32 (the default) on the same inputs is inside it."""
+    inp = make(1, 48, 1, 16, 16, recurrence, seed=21)
+    o_ref, h_ref = oracle(inp)
+    o1, h1 = run(inp, 16, precision="tf32")
+    o3, h3 = run(inp, 16)
+    e1 = max(rel_err(o1, o_ref), rel_err(h1, h_ref))
+    e3 = max(rel_err(o3, o_ref), rel_err(h3, h_ref))
+    assert 20 * TOL_FP32 < e1 < 1e-2, e1
+    assert e3 <= TOL_FP32, e3
+
+
+def test_strided_inputs():
+    """q, k, v, g, beta and h0 as non-contiguous device views (layout "A"), B = H = 2."""
+    chunk_helpers.check_strided_inputs(r6)
+
+
+def test_state_in_place():
+    """h0 and ht the same array (how ``step`` uses a rung; chunk_size None there): read before overwritten."""
+    chunk_helpers.check_state_in_place(r6, None)
+
+
+@pytest.mark.parametrize("with_h0", [True, False], ids=["h0", "no_h0"])
+def test_empty_sequence(with_h0):
+    """T = 0: no chunk; ht is h0 (or zeros)."""
+    chunk_helpers.check_empty_sequence(r6, with_h0)
+
+
+@pytest.mark.parametrize("recurrence,decay", [("gated_delta", "strong"), ("delta", "none")])
+def test_long_sequence_stays_finite(recurrence, decay):
+    """128 tokens in 8 chunks; strong decay (g = -20 on some tokens) or none with beta = 1. Finite, and within
+    float32's tolerance of the oracle: the 3xTF32 products do not accumulate TF32's error along the chunks."""
+    inp = make(1, 128, 1, 8, 8, recurrence, seed=4)
+    if decay == "strong":
+        inp["g"][:, ::5] = -20.0
+        inp["g"][:, 30:40] = -20.0
+    else:
+        inp["beta"][:] = 1.0
+    o, ht = run(inp, 16)
+    assert np.isfinite(o).all() and np.isfinite(ht).all()
+    o_ref, h_ref = oracle(inp)
+    assert rel_err(o, o_ref) <= TOL_FP32 and rel_err(ht, h_ref) <= TOL_FP32
+
+
+def test_catches_a_wrong_answer():
+    """The comparison can fail: a delta rule run without beta (a plausible bug) is far off."""
+    inp = make(1, 16, 1, 8, 8, "delta", seed=5)
+    o, _ = run(inp, 16, with_ht=False)
+    o_wrong, _ = reference.recurrent(inp["q"], inp["k"], inp["v"], initial_state=inp["h0"])
+    assert rel_err(o, o_wrong) > 100 * TOL_FP32
+
+
+def test_rejects_bad_arguments():
+    inp = make(1, 4, 1, 8, 8, "plain")
+    for bad in (0, 8, 48, 128, 256):
+        with pytest.raises(ValueError, match="chunk_size"):
+            run(inp, bad)
+    with pytest.raises(ValueError, match="state only"):
+        run(inp, 16, with_o=False, with_ht=False)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        run(inp, 16, bv=12)
+    with pytest.raises(ValueError, match="precision"):
+        run(inp, 16, precision="fp16")
+    big = make(1, 1, 1, r6.MAX_K + 1, 4, "plain")
+    with pytest.raises(ValueError, match="K"):
+        run(big, 16)
+
+
+def test_layout_and_threads():
+    """At the H200 default (C = 64, K = 128, BV = 64): 512 threads, 4 tiles of S per warp, and the state
+    kernel's shared memory within the 227 KB a block may opt in to; S and V_new rows padded by 8 floats (B
+    fragments conflict-free), row blocks by 4 (A fragments conflict-free)."""
+    KS, VS, *_, total = r6._state_layout(64, 128, 64)
+    assert (KS % 32, VS % 32) == (4, 8)
+    assert total * 4 <= 227 * 1024
+    assert r6._threads(128, 64) == 512 and r6._threads(16, 8) == 32
+
+
+def test_module_contract():
+    assert r6.NAME == "tensor_cores"
+    assert r6.MAX_K == 128 and r6.MAX_V is None
+    assert r6.CHUNK_SIZES == r3.CHUNK_SIZES and r6.DEFAULT_CHUNK in r6.CHUNK_SIZES
+    labels = [label for label, _, _ in r6.compile_targets()]
+    # per dtype and recurrence: the state kernel x (4 with o, 2 without); plus the TF32 one per recurrence
+    assert len(labels) == len(set(labels)) == 2 * 4 * 6 + 4
+    assert all(label.startswith("state[") for label in labels)
+
+
+_COMPILE_SCRIPT = """
+from numba import cuda
+from linattn_numba.compile_check import assemble
+from linattn_numba.rungs import r6_tensor_cores as r6
+bad, n = [], 0
+for label, fn, argtypes in r6.compile_targets():
+    if "gated_delta,float32" not in label or not ("h0=1,ht=1" in label or "tf32" in label):
+        continue
+    n += 1
+    try:
+        ptx, _ = cuda.compile_ptx(fn, argtypes, cc=(9, 0), launch_bounds=(512, 1))
+        for needle in ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "ld.shared"):
+            if needle not in ptx:
+                raise RuntimeError(f"no {needle} in the PTX")
+        if "tf32]" not in label and "cvt.rna.tf32.f32" not in ptx:
+            raise RuntimeError("3xTF32 without cvt.rna.tf32.f32")
+        print(label, assemble(ptx))
+    except Exception as e:
+        bad.append(f"{label}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+print(f"compiled {n - len(bad)}/{n}")
+for b in bad:
+    print("FAILED:", b)
+"""
+
+
+@pytest.mark.compile
+def test_state_kernels_compile_for_sm90():
+    """The gated delta rule's state kernels (3xTF32 with and without output, TF32) compiled for cc 9.0 with the
+    simulator off and the launch bounds of a 512-thread block, and assembled by ptxas (nvJitLink): mma.sync
+    present, and cvt.rna.tf32 for the 3xTF32 split. (tests/test_compile.py compiles every variant.)"""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    r = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], env=env, capture_output=True, text=True, timeout=900)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    assert "compiled 3/3" in out and "FAILED" not in out, out[-4000:]
