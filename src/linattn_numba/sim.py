@@ -357,8 +357,8 @@ def _racecheck_on() -> bool:
 
 
 class racecheck:
-    """Context manager (or decorator-free switch) that checks every shared-memory access of the kernels launched
-    inside it for data races; ``LINATTN_SIM_RACECHECK=1`` turns it on for the whole process::
+    """Context manager that checks every shared-memory access of the kernels launched inside it for data races;
+    ``LINATTN_SIM_RACECHECK=1`` turns it on for the whole process::
 
         with linattn_numba.sim.racecheck():
             kernel[grid, block](...)          # raises SharedMemoryRace if two threads race on shared memory
