@@ -147,6 +147,11 @@ BV_DEFAULT = 64
 # rather than copied so the skeleton and the rung use one implementation
 from linattn_numba.vec import ld4, prefetch_l2, st4  # noqa: E402
 
+# The staging of the state kernel's step 1 (row blocks and value tile) and the prefetch of its step 2, each in one
+# call: the package's helpers, shared by r3 and r6 (read them after writing the steps with the loops below, or use
+# them directly: the TODO of _state_kernel says what they do)
+from linattn_numba.rungs.r3_shared import _prefetch_chunk, _stage_chunk  # noqa: E402,F401
+
 
 @cuda.jit(device=True, inline="always")
 def _mm_nn(sm, acc, oa, sa, ob, sb, rr, rstep, c0, kdim):
@@ -505,8 +510,12 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         #      tid, NTH, vec_v); additive: V with row t times gamma_C / gamma_t, _stage_input(sm, O_V, VS, v, b, h, t0,
         #      n, V, v0, C, BV, tid, NTH, has_g, O_F) (or _stage_input4 when vin) -- that is already the update's
         #      diag(gamma_C / gamma) V_new.
+        #    (The given _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, KP, V, v0, C,
+        #    BV, tid, NTH, has_g, delta, out, vin, vec_v) does the row blocks and the value tile in one call.)
         # 2. (Speed, optional: ask L2 for the next chunk's rows now, _prefetch_rows4 for inputs, _prefetch_rows3 for
-        #    scratch, so that its staging hits L2 instead of HBM. A hint only: the results do not change.)
+        #    scratch, so that its staging hits L2 instead of HBM. A hint only: the results do not change. The given
+        #    _prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t0 + C, min(C, T - t0 - C), K, KP, V, v0, BV, tid, NTH,
+        #    delta, out) does it for chunk c + 1.)
         # 3. X = [rows] S: P1_ROWS = C (delta + out) rows times the [KP, BV] state, NT1 4x4 tiles. For tile in
         #    range(tid, NT1, NTH): rr = tile // BV4, cc = tile % BV4; rows rr + R4 i, strided by R4 = P1_ROWS / 4 (for
         #    the delta rule with output every thread then gets 2 rows of W and 2 of Q': the branch below is balanced;

@@ -579,6 +579,51 @@ def _chunk_gates(sm, o_f, o_gm, bcum, bh, t0, n, C, tid, nth):
         sm[o_gm + t] = math.exp(bt)
 
 
+@cuda.jit(device=True, inline="always")
+def _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, KP, V, v0, C, BV, tid, nth,
+                 has_g, delta, out, vin, vec_v):
+    """The state kernel's staging of one chunk (r3 and r6): the two row blocks at ``O_A`` (W | Q', W | K, Q | K or
+    - | K) and the value tile at ``O_V`` (U, or V with rows times gamma_C / gamma_t from ``sm[O_F + t]``).
+    The flags are the kernel's compile-time constants: inlined, the untaken branches vanish."""
+    if delta:
+        _stage_scratch(sm, O_A, KS, w, bh, t0, 0, KP, C, KP, tid, nth, True)
+    elif out:
+        if vin:
+            _stage_input4(sm, O_A, KS, q, b, h, t0, n, K, 0, C, KP, tid, nth, False, 0)
+        else:
+            _stage_input(sm, O_A, KS, q, b, h, t0, n, K, 0, C, KP, tid, nth, False, 0)
+    if delta and out:
+        _stage_scratch(sm, O_A + C * KS, KS, qp, bh, t0, 0, KP, C, KP, tid, nth, True)
+    elif vin:
+        _stage_input4(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, C, KP, tid, nth, False, 0)
+    else:
+        _stage_input(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, C, KP, tid, nth, False, 0)
+    if delta:  # U (V_new after P1)
+        _stage_scratch(sm, O_V, VS, u, bh, t0, v0, V, C, BV, tid, nth, vec_v)
+    elif vin:  # V, rows times gamma_C / gamma_t
+        _stage_input4(sm, O_V, VS, v, b, h, t0, n, V, v0, C, BV, tid, nth, has_g, O_F)
+    else:
+        _stage_input(sm, O_V, VS, v, b, h, t0, n, V, v0, C, BV, tid, nth, has_g, O_F)
+
+
+@cuda.jit(device=True, inline="always")
+def _prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t1, n1, K, KP, V, v0, BV, tid, nth, delta, out):
+    """Ask L2 for the rows of the chunk starting at ``t1`` (``n1`` tokens) that :func:`_stage_chunk` will read,
+    so that its staging hits L2 instead of HBM."""
+    if delta:
+        _prefetch_rows3(w, bh, t1, n1, 0, KP, tid, nth)
+        _prefetch_rows3(u, bh, t1, n1, v0, min(BV, V - v0), tid, nth)
+        if out:
+            _prefetch_rows3(qp, bh, t1, n1, 0, KP, tid, nth)
+    else:
+        _prefetch_rows4(v, b, h, t1, n1, v0, min(BV, V - v0), tid, nth)
+        if out:
+            _prefetch_rows4(q, b, h, t1, n1, 0, K, tid, nth)
+    _prefetch_rows4(k, b, h, t1, n1, 0, K, tid, nth)
+    if out:
+        _prefetch_rows3(u2, bh, t1, n1, v0, min(BV, V - v0), tid, nth)
+
+
 @functools.lru_cache(maxsize=None)
 def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
     BV4 = BV // 4
@@ -628,43 +673,14 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
             if NT1 > 0:
                 for i in range(4):
                     st4(sm, O_S + (rg * 4 + i) * VS + cg * 4, (S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]))
-            if delta:
-                _stage_scratch(sm, O_A, KS, w, bh, t0, 0, KP, C, KP, tid, NTH, True)
-            elif out:
-                if vin:
-                    _stage_input4(sm, O_A, KS, q, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
-                else:
-                    _stage_input(sm, O_A, KS, q, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
-            if delta and out:
-                _stage_scratch(sm, O_A + C * KS, KS, qp, bh, t0, 0, KP, C, KP, tid, NTH, True)
-            elif vin:
-                _stage_input4(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
-            else:
-                _stage_input(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
-            if delta:  # U (V_new after P1)
-                _stage_scratch(sm, O_V, VS, u, bh, t0, v0, V, C, BV, tid, NTH, vec_v)
-            elif vin:  # V, rows times gamma_C / gamma_t
-                _stage_input4(sm, O_V, VS, v, b, h, t0, n, V, v0, C, BV, tid, NTH, has_g, O_F)
-            else:
-                _stage_input(sm, O_V, VS, v, b, h, t0, n, V, v0, C, BV, tid, NTH, has_g, O_F)
+            _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, KP, V, v0, C, BV, tid,
+                         NTH, has_g, delta, out, vin, vec_v)
             cuda.syncthreads()  # everything staged
 
             # -- ask L2 for the next chunk's rows now, so that its staging hits L2 instead of HBM --
             if c + 1 < NC:
-                t1 = t0 + C
-                n1 = min(C, T - t1)
-                if delta:
-                    _prefetch_rows3(w, bh, t1, n1, 0, KP, tid, NTH)
-                    _prefetch_rows3(u, bh, t1, n1, v0, min(BV, V - v0), tid, NTH)
-                    if out:
-                        _prefetch_rows3(qp, bh, t1, n1, 0, KP, tid, NTH)
-                else:
-                    _prefetch_rows4(v, b, h, t1, n1, v0, min(BV, V - v0), tid, NTH)
-                    if out:
-                        _prefetch_rows4(q, b, h, t1, n1, 0, K, tid, NTH)
-                _prefetch_rows4(k, b, h, t1, n1, 0, K, tid, NTH)
-                if out:
-                    _prefetch_rows3(u2, bh, t1, n1, v0, min(BV, V - v0), tid, NTH)
+                _prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t0 + C, min(C, T - t0 - C), K, KP, V, v0, BV, tid,
+                                NTH, delta, out)
 
             # -- P1: X = rows @ S; delta rows -> V_new (in shared), output rows -> o --
             for tile in range(tid, NT1, NTH):

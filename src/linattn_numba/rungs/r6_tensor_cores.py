@@ -34,8 +34,8 @@ BV = 64)::
         shared memory: A = row block rows, B = S as stored this chunk
     P2: each warp accumulates its own S tiles over the C / 8 steps of the chunk: A = K^T (K's rows read
         transposed from shared memory), B = V_new
-    staging, gates, prefetch and the P1 epilogue (V_new = (U - X) gamma_C / gamma_t in place, or the output
-    o = scale (X gamma + U'')): r3's loops, by thread
+    staging, gates and prefetch: r3's helpers (_stage_chunk, _prefetch_chunk, _chunk_gates), by thread; the
+    P1 epilogue (V_new = (U - X) gamma_C / gamma_t in place, or o = scale (X gamma + U'')) per fragment element
 
 Shared memory: r3's layout, but the rows of S and V_new are padded by 8 floats instead of 4, so that the B
 fragments (lanes 4g + i read row k0 + i, column c0 + g) fall in 32 distinct banks; the row blocks keep r3's
@@ -58,7 +58,7 @@ from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
 from ..mma import mma_3xtf32, mma_tf32
 from ..reference import RECURRENCES
 from . import r3_shared as r3
-from .r3_shared import _chunk_gates, _prefetch_rows3, _prefetch_rows4, _stage_input, _stage_input4, _stage_scratch
+from .r3_shared import _chunk_gates, _prefetch_chunk, _stage_chunk, _stage_input
 
 NAME = "tensor_cores"
 MAX_K = r3.MAX_K  # the intra kernel is r3's
@@ -166,42 +166,13 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
                         c0 = 8 * (st % TC)
                         for j in range(4):
                             sm[O_S + (r0 + g + 8 * (j // 2)) * VS + c0 + 2 * i4 + j % 2] = Sf[4 * e + j]
-            if delta:
-                _stage_scratch(sm, O_A, KS, w, bh, t0, 0, KP, C, KP, tid, NTH, True)
-            elif out:
-                if vin:
-                    _stage_input4(sm, O_A, KS, q, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
-                else:
-                    _stage_input(sm, O_A, KS, q, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
-            if delta and out:
-                _stage_scratch(sm, O_A + C * KS, KS, qp, bh, t0, 0, KP, C, KP, tid, NTH, True)
-            elif vin:
-                _stage_input4(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
-            else:
-                _stage_input(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
-            if delta:  # U (V_new after P1)
-                _stage_scratch(sm, O_V, VS, u, bh, t0, v0, V, C, BV, tid, NTH, vec_v)
-            elif vin:  # V, rows times gamma_C / gamma_t
-                _stage_input4(sm, O_V, VS, v, b, h, t0, n, V, v0, C, BV, tid, NTH, has_g, O_F)
-            else:
-                _stage_input(sm, O_V, VS, v, b, h, t0, n, V, v0, C, BV, tid, NTH, has_g, O_F)
+            _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, KP, V, v0, C, BV, tid,
+                         NTH, has_g, delta, out, vin, vec_v)
             cuda.syncthreads()  # everything staged, S included
 
             if c + 1 < NC:  # L2 prefetch of the next chunk's rows, as in r3
-                t1 = t0 + C
-                n1 = min(C, T - t1)
-                if delta:
-                    _prefetch_rows3(w, bh, t1, n1, 0, KP, tid, NTH)
-                    _prefetch_rows3(u, bh, t1, n1, v0, min(BV, V - v0), tid, NTH)
-                    if out:
-                        _prefetch_rows3(qp, bh, t1, n1, 0, KP, tid, NTH)
-                else:
-                    _prefetch_rows4(v, b, h, t1, n1, v0, min(BV, V - v0), tid, NTH)
-                    if out:
-                        _prefetch_rows4(q, b, h, t1, n1, 0, K, tid, NTH)
-                _prefetch_rows4(k, b, h, t1, n1, 0, K, tid, NTH)
-                if out:
-                    _prefetch_rows3(u2, bh, t1, n1, v0, min(BV, V - v0), tid, NTH)
+                _prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t0 + C, min(C, T - t0 - C), K, KP, V, v0, BV, tid,
+                                NTH, delta, out)
 
             # -- P1: X = rows @ S, one 16 x 8 tile per warp at a time (warp-uniform loop: every lane runs the mma) --
             for tile in range(warp, P1T, NW):
