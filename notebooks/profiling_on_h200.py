@@ -199,14 +199,27 @@ if data is not None and rows:
 
 # %%
 for path in sorted(glob.glob(os.path.join(data_dir or ".", "*sanitize*.txt"))):  # compute-sanitizer runs
-    tool, found = None, []
+    # per tool: the rung/recurrence cases that ran and matched the oracle, the errors the tool reported, and how
+    # it ended (a SUMMARY line when it finished; "exit status 124" when the run hit its time limit)
+    tools = {}
+    tool = None
     with open(path) as f:
         for ln in f:
             if ln.startswith("== "):  # "== memcheck": the tool of the lines that follow
                 tool = ln[3:].strip()
-            elif "SUMMARY" in ln:
-                found.append(f"{tool}: {ln.strip().lstrip('= ')}")
-    print(f"{os.path.basename(path)}:", "; ".join(found) or "no sanitizer summary found")
+                tools[tool] = {"ok": [], "errors": 0, "end": "?"}
+            elif tool is None:
+                continue
+            elif ln.rstrip().endswith(" ok") or ln.rstrip().endswith("WRONG"):
+                tools[tool]["ok"].append(" ".join(ln.split()[:2]) + ("" if ln.rstrip().endswith(" ok") else " WRONG"))
+            elif "Error:" in ln:
+                tools[tool]["errors"] += 1
+            elif "SUMMARY" in ln or ln.startswith("exit status") or ln.startswith("rc="):
+                tools[tool]["end"] = ln.strip().lstrip("= ")
+    print(f"{os.path.basename(path)}:")
+    for name, t in tools.items():
+        print(f"  {name}: {len(t['ok'])} cases checked ({', '.join(t['ok'])}); {t['errors']} errors reported; "
+              f"{t['end']}")
 
 reports = ncu.load_dir(data_dir) if data_dir else []
 if not reports:

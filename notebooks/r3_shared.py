@@ -233,10 +233,12 @@ show_doc(doc_section("Shared memory and registers"))
 # ## 3. The kernels
 #
 # From the package with `inspect.getsource`: the micro-kernel every product uses, a staging loop, the two
-# kernels, and the launch code.
+# kernels, the state kernel's per-chunk staging and prefetch (two device functions that r6 reuses), and the
+# launch code.
 
 # %%
-for name in ("_mm_nn", "_stage_input4", "_intra_kernel", "_state_kernel", "launches"):
+for name in ("_mm_nn", "_stage_input4", "_intra_kernel", "_stage_chunk", "_prefetch_chunk", "_state_kernel",
+             "launches"):
     display(Markdown(f"**`{name}`**"))
     display(Code(inspect.getsource(getattr(r3, name)), language="python"))
 
