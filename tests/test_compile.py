@@ -7,12 +7,21 @@ import sys
 
 import pytest
 
+from linattn_numba.rungs import RUNGS
+
+
+# one subprocess per rung (and for the API's and the tensor-core primitives' kernels), so that pytest -n spreads
+# the compile tier over its workers instead of one worker compiling everything
+PARTS = (*RUNGS, "api", "mma")
+
 
 @pytest.mark.compile
-def test_every_kernel_compiles_for_sm90():
+@pytest.mark.parametrize("part", PARTS)
+def test_every_kernel_compiles_for_sm90(part):
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
     r = subprocess.run(
-        [sys.executable, "-m", "linattn_numba.compile_check"], env=env, capture_output=True, text=True, timeout=1500
+        [sys.executable, "-m", "linattn_numba.compile_check", part], env=env, capture_output=True, text=True,
+        timeout=1500,
     )
     tail = "\n".join((r.stdout + r.stderr).splitlines()[-40:])
     assert r.returncode == 0, tail

@@ -5,7 +5,8 @@ to compile for the GPU (a float64 accumulator, an unsupported call, a shape that
 This module compiles each rung's ``compile_targets()`` with ``numba.cuda.compile_ptx`` for compute capability 9.0
 (the H100/H200), which needs NVVM (``numba-cuda[cu13]``) but no GPU and no driver.
 
-Run as ``python -m linattn_numba.compile_check [--assemble] [rung ...]`` (the simulator must be off). Exit status 1
+Run as ``python -m linattn_numba.compile_check [--assemble] [name ...]`` (the simulator must be off; a name is a
+rung, ``api`` or ``mma``; none means all of them). Exit status 1
 when any variant fails; the failures are listed. Kernels whose PTX spills their register arrays to local memory are
 reported too (a performance bug, not an error). The tensor-core primitives (:mod:`linattn_numba.mma`) are always
 compiled, and their PTX must hold the ``mma.sync`` instruction.
@@ -35,12 +36,12 @@ def main(argv=None) -> int:
 
     args = list(argv if argv is not None else sys.argv[1:])
     assemble_all = "--assemble" in args
-    names = [a for a in args if a != "--assemble"] or list(rungs.RUNGS)
+    # rung names, and "api" (the API's value-check kernels) and "mma" (the tensor-core primitives); none: all
+    names = [a for a in args if a != "--assemble"] or [*rungs.RUNGS, "api", "mma"]
     targets = []
     for name in names:
-        targets += [(name, *t) for t in rungs.module(name).compile_targets()]
-    targets += [("api", *t) for t in api.compile_targets()]
-    targets += [("mma", *t) for t in mma.compile_targets()]
+        mod = {"api": api, "mma": mma}.get(name) or rungs.module(name)
+        targets += [(name, *t) for t in mod.compile_targets()]
     failures, spills = [], []
     t0 = time.time()
     for i, (rung, label, fn, argtypes) in enumerate(targets, 1):

@@ -307,10 +307,10 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
 
 
 def compile_targets():
-    """``(label, py_func, argtypes)`` for every state-kernel variant at the default configuration (C = 64,
-    K <= 128, BV = 64, 3xTF32): 4 recurrences x float32 / float16 inputs x output or state only x h0 x ht;
-    float32 inputs with 128-bit loads (vin=1), float16 without; plus the TF32 variant of each recurrence with
-    output. The intra kernel is r3's and is compiled with r3's targets."""
+    """``(label, py_func, argtypes)`` for the state-kernel variants at the default configuration (C = 64,
+    K <= 128, BV = 64, 3xTF32): 4 recurrences x (float32 inputs, with 128-bit loads, x output or state only x h0
+    x ht; float16 inputs, which change only the input loads, with h0 and ht, with and without output); plus the
+    TF32 variant of each recurrence with output. The intra kernel is r3's and is compiled with r3's targets."""
     f32 = types.float32
     C, KP, BV = DEFAULT_CHUNK, MAX_K, BV_DEFAULT
     s2, s3, s4 = (array_type(np.float32, n, "C") for n in (2, 3, 4))
@@ -325,6 +325,8 @@ def compile_targets():
                     for has_ht in (False, True):
                         if not out and not has_ht:
                             continue  # state only needs ht
+                        if not vin and not (has_h0 and has_ht):
+                            continue  # float16 changes only the input loads: one variant with and one without o
                         yield (
                             f"state[{tag},o={int(out)},h0={int(has_h0)},ht={int(has_ht)},vec={int(vin)}]",
                             _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, True).py_func,
