@@ -1,4 +1,5 @@
-"""Helpers shared by the chunked rungs' own test files (test_r2_chunked, test_r3_shared, test_r5_warp_roles).
+"""Helpers shared by the chunked rungs' own test files (test_r2_chunked, test_r3_shared, test_r5_warp_roles,
+test_r6_tensor_cores).
 
 Each calls a rung module's ``forward`` directly on device copies of tiny inputs under the simulator, with outputs
 pre-filled with NaN (an element a kernel forgets to write fails the comparison) and a check that no input was
@@ -107,3 +108,27 @@ def check_empty_sequence(module, with_h0):
     o, ht = run(module, inp, 32, with_h0=with_h0)
     assert o.shape == (1, 0, 2, 8)
     np.testing.assert_array_equal(ht, inp["h0"] if with_h0 else np.zeros_like(inp["h0"]))
+
+
+def check_long_sequence(module, recurrence, decay, chunk=16):
+    """128 tokens in 8 chunks, unit-norm keys. Strong decay: g = -20 on some tokens (exp(b_t - b_s) of in-chunk
+    differences never overflows: no exp(-b_s) anywhere). No decay: beta = 1 on every token, the delta rule's
+    hardest case (each write replaces the key's old value). Output finite and close to the oracle."""
+    inp = make(1, 128, 1, 8, 8, recurrence, seed=4)
+    if decay == "strong":
+        inp["g"][:, ::5] = -20.0
+        inp["g"][:, 30:40] = -20.0
+    else:
+        inp["beta"][:] = 1.0
+    o, ht = run(module, inp, chunk)
+    assert np.isfinite(o).all() and np.isfinite(ht).all()
+    o_ref, h_ref = oracle(inp)
+    assert rel_err(o, o_ref) <= TOL_FP32 and rel_err(ht, h_ref) <= TOL_FP32
+
+
+def check_catches_a_wrong_answer(module, chunk=16):
+    """The comparison can fail: a delta rule run without beta (a plausible bug) is far off."""
+    inp = make(1, 16, 1, 8, 8, "delta", seed=5)
+    o, _ = run(module, inp, chunk, with_ht=False)
+    o_wrong, _ = reference.recurrent(inp["q"], inp["k"], inp["v"], initial_state=inp["h0"])
+    assert rel_err(o, o_wrong) > 100 * TOL_FP32

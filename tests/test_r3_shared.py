@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from linattn_numba import reference
 from linattn_numba.rungs import r3_shared as r3
 from linattn_numba.testing import TOL_FP32, rel_err
 
@@ -100,24 +99,12 @@ def test_long_sequence_stays_finite(recurrence, decay):
     """128 tokens in 8 chunks, unit-norm keys. Strong decay: g = -20 on some tokens (exp(b_t - b_s) of in-chunk
     differences never overflows: no exp(-b_s) anywhere). No decay: beta = 1 on every token, the delta rule's
     hardest case (each write replaces the key's old value). Output finite and close to the oracle."""
-    inp = make(1, 128, 1, 8, 8, recurrence, seed=4)
-    if decay == "strong":
-        inp["g"][:, ::5] = -20.0
-        inp["g"][:, 30:40] = -20.0
-    else:
-        inp["beta"][:] = 1.0
-    o, ht = run(inp, 16)
-    assert np.isfinite(o).all() and np.isfinite(ht).all()
-    o_ref, h_ref = oracle(inp)
-    assert rel_err(o, o_ref) <= TOL_FP32 and rel_err(ht, h_ref) <= TOL_FP32
+    chunk_helpers.check_long_sequence(r3, recurrence, decay)
 
 
 def test_catches_a_wrong_answer():
     """The comparison can fail: a delta rule run without beta (a plausible bug) is far off."""
-    inp = make(1, 16, 1, 8, 8, "delta", seed=5)
-    o, _ = run(inp, 16, with_ht=False)
-    o_wrong, _ = reference.recurrent(inp["q"], inp["k"], inp["v"], initial_state=inp["h0"])
-    assert rel_err(o, o_wrong) > 100 * TOL_FP32
+    chunk_helpers.check_catches_a_wrong_answer(r3)
 
 
 def test_rejects_bad_arguments():
