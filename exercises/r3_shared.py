@@ -104,8 +104,7 @@ Afterwards
 from __future__ import annotations
 
 import functools
-import math
-import threading
+import math  # noqa: F401 - your kernels need math.exp
 
 import numpy as np
 from numba import config, cuda, float32, types
@@ -138,161 +137,31 @@ BV_DEFAULT = 64
 
 
 # ==========================================================================================================
-# Given: the building blocks your kernels call (128-bit accesses, the 4x4 micro-tile product, the staging
-# loops, L2 prefetch). Read them; keep them as they are.
+# Given: the building blocks your kernels call, imported from the package's rung (one implementation for the
+# rung and the skeleton): 128-bit accesses (ld4, st4, prefetch_l2 from linattn_numba.vec), the 4x4 micro-tile
+# product _mm_nn, the staging loops _stage_input / _stage_input4 / _stage_scratch, _store_tile, the L2 prefetch
+# _prefetch_rows3/4, a chunk's gates _chunk_gates, and the state kernel's one-call staging and prefetch
+# _stage_chunk / _prefetch_chunk. Read them in src/linattn_numba/rungs/r3_shared.py (or with
+# inspect.getsource); the launch code below also uses the package's _launch, _rows_aligned and scratch_buffers.
 # ==========================================================================================================
-
-
-# 128-bit loads and stores and the L2 prefetch: the package's intrinsics (linattn_numba.vec), imported
-# rather than copied so the skeleton and the rung use one implementation
-from linattn_numba.vec import ld4, prefetch_l2, st4  # noqa: E402
-
-# The staging of the state kernel's step 1 (row blocks and value tile) and the prefetch of its step 2, each in one
-# call: the package's helpers, shared by r3 and r6 (read them after writing the steps with the loops below, or use
-# them directly: the TODO of _state_kernel says what they do)
-from linattn_numba.rungs.r3_shared import _prefetch_chunk, _stage_chunk  # noqa: E402,F401
-
-
-@cuda.jit(device=True, inline="always")
-def _mm_nn(sm, acc, oa, sa, ob, sb, rr, rstep, c0, kdim):
-    """acc[4 i + j] += sum_m A[rr + rstep i, m] B[m, c0 + j] for a 4x4 micro-tile (i, j < 4), m < kdim.
-
-    A is row-major at ``sm[oa + row * sa + m]``, B at ``sm[ob + m * sb + col]``. Per 4 steps of m: 4 loads of 4
-    consecutive m for the 4 rows of A, 4 loads of 4 consecutive columns of B, 64 FMAs.
-    """
-    a = cuda.local.array(16, float32)
-    bb = cuda.local.array(16, float32)
-    for m in range(0, kdim, 4):
-        for i in range(4):
-            x = ld4(sm, oa + (rr + rstep * i) * sa + m)
-            for e in range(4):
-                a[4 * i + e] = x[e]
-        for e in range(4):
-            y = ld4(sm, ob + (m + e) * sb + c0)
-            for j in range(4):
-                bb[4 * e + j] = y[j]
-        for i in range(4):
-            for e in range(4):
-                for j in range(4):
-                    acc[4 * i + j] += a[4 * i + e] * bb[4 * e + j]
-
-
-@cuda.jit(device=True, inline="always")
-def _stage_input(sm, off, stride, x, b, h, t0, n, lim, col0, rows, cols, tid, nth, scaled, soff):
-    """sm[off + t stride + d] = x[b, t0 + t, h, col0 + d] (as float32; times sm[soff + t] when ``scaled``) for
-    t < rows, d < cols; 0 where t >= n or col0 + d >= lim (the zero padding every product below relies on).
-
-    Consecutive threads take consecutive d (coalesced), and each thread issues its loads BATCH at a time before
-    storing them: a load's latency (hundreds of cycles from L2 or HBM) is paid once per batch, not per element.
-    """
-    buf = cuda.local.array(BATCH, float32)
-    total = rows * cols
-    for e0 in range(tid, total, BATCH * nth):
-        for r in range(BATCH):
-            e = e0 + r * nth
-            t = e // cols
-            d = e % cols
-            val = float32(0.0)
-            if e < total and t < n and col0 + d < lim:
-                val = float32(x[b, t0 + t, h, col0 + d])
-            buf[r] = val
-        for r in range(BATCH):
-            e = e0 + r * nth
-            if e < total:
-                t = e // cols
-                val = buf[r]
-                if scaled:
-                    val *= sm[soff + t]
-                sm[off + t * stride + e % cols] = val
-
-
-@cuda.jit(device=True, inline="always")
-def _stage_input4(sm, off, stride, x, b, h, t0, n, lim, col0, rows, cols, tid, nth, scaled, soff):
-    """:func:`_stage_input` for float32 inputs whose rows are 16-byte aligned and lim, col0, cols multiples of 4
-    (``forward`` checks): one 128-bit load per 4 elements, QBATCH of them in flight per thread."""
-    buf = cuda.local.array(QBUF, float32)
-    quads = rows * cols // 4
-    for e0 in range(tid, quads, QBATCH * nth):
-        for r in range(QBATCH):
-            e = e0 + r * nth
-            t = (4 * e) // cols
-            d = (4 * e) % cols
-            y = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
-            if e < quads and t < n and col0 + d < lim:
-                y = ld4(x, (b, t0 + t, h, col0 + d))
-            for f in range(4):
-                buf[4 * r + f] = y[f]
-        for r in range(QBATCH):
-            e = e0 + r * nth
-            if e < quads:
-                t = (4 * e) // cols
-                sc = sm[soff + t] if scaled else float32(1.0)
-                st4(sm, off + t * stride + (4 * e) % cols,
-                    (buf[4 * r] * sc, buf[4 * r + 1] * sc, buf[4 * r + 2] * sc, buf[4 * r + 3] * sc))
-
-
-@cuda.jit(device=True, inline="always")
-def _prefetch_rows4(x, b, h, t0, n, c0, cols, tid, nth):
-    """L2 prefetch of rows x[b, t0 : t0 + n, h, c0 : c0 + cols], one request per 32 elements (128 bytes)."""
-    lines = (cols + 31) // 32
-    for e in range(tid, n * lines, nth):
-        prefetch_l2(x, (b, t0 + e // lines, h, c0 + 32 * (e % lines)))
-
-
-@cuda.jit(device=True, inline="always")
-def _prefetch_rows3(x, bh, t0, n, c0, cols, tid, nth):
-    """L2 prefetch of rows x[bh, t0 : t0 + n, c0 : c0 + cols] of a scratch array."""
-    lines = (cols + 31) // 32
-    for e in range(tid, n * lines, nth):
-        prefetch_l2(x, (bh, t0 + e // lines, c0 + 32 * (e % lines)))
-
-
-@cuda.jit(device=True, inline="always")
-def _stage_scratch(sm, off, stride, x, bh, t0, c0, lim, rows, cols, tid, nth, vec):
-    """sm[off + t stride + d] = x[bh, t0 + t, c0 + d] for t < rows, d < cols (0 where c0 + d >= lim) from a
-    C-contiguous float32 scratch array: with ``vec`` (lim, c0, cols multiples of 4) 128-bit loads, QBATCH in
-    flight per thread; else 32-bit loads, 4 QBATCH in flight."""
-    buf = cuda.local.array(QBUF, float32)
-    if vec:
-        quads = rows * cols // 4
-        for e0 in range(tid, quads, QBATCH * nth):
-            for r in range(QBATCH):
-                e = e0 + r * nth
-                d = (4 * e) % cols
-                y = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
-                if e < quads and c0 + d < lim:
-                    y = ld4(x, (bh, t0 + (4 * e) // cols, c0 + d))
-                for f in range(4):
-                    buf[4 * r + f] = y[f]
-            for r in range(QBATCH):
-                e = e0 + r * nth
-                if e < quads:
-                    st4(sm, off + ((4 * e) // cols) * stride + (4 * e) % cols,
-                        (buf[4 * r], buf[4 * r + 1], buf[4 * r + 2], buf[4 * r + 3]))
-    else:
-        total = rows * cols
-        for e0 in range(tid, total, 4 * QBATCH * nth):
-            for r in range(4 * QBATCH):
-                e = e0 + r * nth
-                val = float32(0.0)
-                if e < total and c0 + e % cols < lim:
-                    val = x[bh, t0 + e // cols, c0 + e % cols]
-                buf[r] = val
-            for r in range(4 * QBATCH):
-                e = e0 + r * nth
-                if e < total:
-                    sm[off + (e // cols) * stride + e % cols] = buf[r]
-
-
-@cuda.jit(device=True, inline="always")
-def _store_tile(dst, bh, t, col, lim, acc, i, vec):
-    """dst[bh, t, col : col + 4] = acc[4 i : 4 i + 4] for the columns < lim; one 128-bit store when ``vec``."""
-    if vec:
-        st4(dst, (bh, t, col), (acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]))
-    else:
-        for j in range(4):
-            if col + j < lim:
-                dst[bh, t, col + j] = acc[4 * i + j]
+from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
+    _chunk_gates,
+    _launch,
+    _mm_nn,
+    _prefetch_chunk,
+    _prefetch_rows3,
+    _prefetch_rows4,
+    _rows_aligned,
+    _scratch,
+    _scratch_key,
+    _stage_chunk,
+    _stage_input,
+    _stage_input4,
+    _stage_scratch,
+    _store_tile,
+    scratch_buffers,
+)
+from linattn_numba.vec import ld4, prefetch_l2, st4  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -452,16 +321,6 @@ def _state_layout(C, KP, BV):
     return o_a, o_s, o_v, o_gm, o_f, o_f + C
 
 
-@cuda.jit(device=True, inline="always")
-def _chunk_gates(sm, o_f, o_gm, bcum, bh, t0, n, C, tid, nth):
-    """sm[o_f + t] = gamma_C / gamma_t = exp(b_last - b_t) (0 for t >= n) and sm[o_gm + t] = gamma_t = exp(b_t)."""
-    b_last = bcum[bh, t0 + n - 1]
-    for t in range(tid, C, nth):
-        bt = bcum[bh, t0 + min(t, n - 1)]
-        sm[o_f + t] = math.exp(b_last - bt) if t < n else float32(0.0)
-        sm[o_gm + t] = math.exp(bt)
-
-
 @functools.lru_cache(maxsize=None)
 def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
     BV4 = BV // 4
@@ -575,79 +434,6 @@ def value_tile(C: int, KP: int, V: int, bv=None) -> int:
     if bv < 4 or bv % 4:
         raise ValueError(f"rung {NAME!r}: the value tile must be a positive multiple of 4, got {bv}")
     return min(bv, 4 * cdiv(max(V, 1), 4))
-
-
-_allowed = set()
-
-
-def _launch(kernel, grid, block, smem, stream, args):
-    """``kernel[grid, block, stream, smem](*args)``, first raising the kernel's dynamic shared-memory limit
-    (48 KB unless the kernel opts in) when ``smem`` needs it."""
-    if smem > SMEM_STATIC_LIMIT and not config.ENABLE_CUDASIM:
-        from numba.cuda.cudadrv import driver as drv
-
-        compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
-        key = (id(compiled), smem)
-        if key not in _allowed:
-            compiled.bind()
-            cufunc = compiled._codelibrary.get_cufunc()
-            attr = drv.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            drv.driver.cuKernelSetAttribute(attr, smem, cufunc.handle, cufunc.device.id)
-            _allowed.add(key)
-    kernel[grid, block, stream, smem](*args)
-
-
-def _rows_aligned(*arrays) -> bool:
-    """Whether 128-bit loads may read these [B, T, H, n] inputs: float32, n contiguous and a multiple of 4,
-    every row starting on a 16-byte boundary."""
-    for a in arrays:
-        if a.dtype != np.float32 or a.shape[3] % 4 or a.strides[3] != 4:
-            return False
-        if any(a.strides[i] % 16 for i in range(3)):
-            return False
-        if not config.ENABLE_CUDASIM and a.__cuda_array_interface__["data"][0] % 16:
-            return False
-    return True
-
-
-_scratch_cache = {}
-
-
-def _scratch_key(name, stream):
-    """Whose buffer: one per name, calling thread, stream and device. The intra kernel writes the scratch and the
-    state kernel reads it later on the same stream; two threads (or two streams) sharing one buffer could
-    interleave their launches (A's intra, B's intra, A's state) and read each other's data."""
-    dev = 0
-    if not config.ENABLE_CUDASIM:
-        dev = cuda.get_current_device().id
-    return name, threading.get_ident(), stream if isinstance(stream, int) else id(stream), dev
-
-
-def _scratch(name, shape, stream):
-    """A float32 device buffer kept between calls (per :func:`_scratch_key`, the latest shape), so that repeated
-    calls do not pay for (and synchronise on) allocation."""
-    key = _scratch_key(name, stream)
-    hit = _scratch_cache.get(key)
-    if hit is None or hit.shape != tuple(shape):
-        _scratch_cache.pop(key, None)
-        hit = cuda.device_array(tuple(shape), np.float32, stream=stream)
-        _scratch_cache[key] = hit
-    return hit
-
-
-def scratch_buffers(BH, TP, KP, V, has_g, delta, out, stream):
-    """``(bcum, w, u, qp, u2)``: what the intra kernel writes and the state kernel reads (shapes in the module
-    docstring; TP = T rounded up to whole chunks), each a kept buffer (:func:`_scratch`) when this recurrence and
-    mode use it, else a stand-in. r5 calls it too: its state kernel reads what r3's intra kernel wrote."""
-    if TP == 0:
-        return or_dummy(None, 2), or_dummy(None, 3), or_dummy(None, 3), or_dummy(None, 3), or_dummy(None, 3)
-    return (
-        _scratch("bcum", (BH, TP), stream) if has_g else or_dummy(None, 2),
-        _scratch("w", (BH, TP, KP), stream) if delta else or_dummy(None, 3),
-        _scratch("u", (BH, TP, V), stream) if delta else or_dummy(None, 3),
-        _scratch("qp", (BH, TP, KP), stream) if delta and out else or_dummy(None, 3),
-        _scratch("u2", (BH, TP, V), stream) if out else or_dummy(None, 3),
-    )
 
 
 def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
