@@ -839,6 +839,20 @@ def scratch_buffers(BH, TP, KP, V, has_g, delta, out, stream):
     )
 
 
+def check_launch(name, chunk_size, K, o, ht) -> int:
+    """The argument checks of r3's launches, shared by the rungs built on its kernels (r5, r6: their error
+    messages name ``name``). Returns the chunk size C (``DEFAULT_CHUNK`` for None)."""
+    if chunk_size is None:
+        chunk_size = DEFAULT_CHUNK
+    if chunk_size not in CHUNK_SIZES:
+        raise ValueError(f"rung {name!r}: chunk_size must be one of {CHUNK_SIZES}, got {chunk_size!r}")
+    if K > MAX_K:
+        raise ValueError(f"rung {name!r} supports K <= {MAX_K}, got K={K}")
+    if o is None and ht is None:
+        raise ValueError(f"rung {name!r}: with o=None (state only) ht must be given")
+    return int(chunk_size)
+
+
 def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
     """Launch the intra kernel, then the state kernel (the rung contract: :mod:`linattn_numba.rungs`).
 
@@ -855,15 +869,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
     ``tools/tune_r3.py`` can time each kernel). Validates the arguments and allocates the scratch."""
     B, T, H, K = q.shape
     V = v.shape[3]
-    if chunk_size is None:
-        chunk_size = DEFAULT_CHUNK
-    if chunk_size not in CHUNK_SIZES:
-        raise ValueError(f"rung {NAME!r}: chunk_size must be one of {CHUNK_SIZES}, got {chunk_size!r}")
-    if K > MAX_K:
-        raise ValueError(f"rung {NAME!r} supports K <= {MAX_K}, got K={K}")
-    if o is None and ht is None:
-        raise ValueError(f"rung {NAME!r}: with o=None (state only) ht must be given")
-    C = int(chunk_size)
+    C = check_launch(NAME, chunk_size, K, o, ht)
     KP = padded_k(K)
     BV = value_tile(C, KP, V, bv)
     has_g, delta, out = g is not None, beta is not None, o is not None

@@ -276,15 +276,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     precision = PRECISION if precision is None else precision
     if precision not in PRECISIONS:
         raise ValueError(f"rung {NAME!r}: precision must be one of {PRECISIONS}, got {precision!r}")
-    if chunk_size is None:
-        chunk_size = DEFAULT_CHUNK
-    if chunk_size not in CHUNK_SIZES:
-        raise ValueError(f"rung {NAME!r}: chunk_size must be one of {CHUNK_SIZES}, got {chunk_size!r}")
-    if K > MAX_K:
-        raise ValueError(f"rung {NAME!r} supports K <= {MAX_K}, got K={K}")
-    if o is None and ht is None:
-        raise ValueError(f"rung {NAME!r}: with o=None (state only) ht must be given")
-    C = int(chunk_size)
+    C = r3.check_launch(NAME, chunk_size, K, o, ht)
     KP = r3.padded_k(K)
     BV = value_tile(V, bv)
     has_g, delta, out = g is not None, beta is not None, o is not None
