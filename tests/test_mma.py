@@ -45,6 +45,17 @@ def test_tf32_rounding_model():
     assert mma.tf32_truncate_np(np.float32(1.0 + 2.0**-11)) == 1.0
 
 
+def test_split_is_exact_and_big_is_tf32():
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.standard_normal(60), [0.0, -0.0, 1e-30, -3e30]]).astype(np.float32)
+    r, big, small = (np.full_like(x, np.nan) for _ in range(3))
+    mma._round_kernel[1, 64](x, r, big, small)
+    assert (big.view(np.uint32) & 0x1FFF == 0).all()  # a TF32 value
+    assert (big.astype(np.float64) + small == x).all()  # the split loses nothing
+    assert (np.abs(small) <= np.abs(x) * 2.0**-10).all()  # small is the correction term
+    assert (r == mma.tf32_round_np(x)).all()
+
+
 def _run(three, A, B, C):
     D = np.full((16, 8), np.nan, np.float32)
     mma._tile_kernel(three)[1, 32](A, B, C, D)

@@ -49,6 +49,22 @@ def test_several_value_tiles_and_state_tiles_per_warp(recurrence):
     check(make(1, 40, 2, 32, 20, recurrence, seed=11), 16, bv=8)
 
 
+@pytest.mark.parametrize("recurrence", ["plain", "gated_delta"])
+def test_tiles_side_by_side(recurrence):
+    """K = V = 32, C = 32: two warps, each computing 4 tiles of P1 and its 4 tiles of S side by side (one A
+    fragment per step for 4 mma tiles, the H200 default's P2 grouping); T = 50 leaves a short last chunk."""
+    assert r6._tiling(32, 32, 32, recurrence == "gated_delta", True)[-2:] == (4, 4)
+    check(make(1, 50, 1, 32, 32, recurrence, seed=13), 32)
+
+
+def test_tiling_at_the_default():
+    """C = 64, K = V = 128, BV = 64: 16 warps, 4 tiles of S each, all four side by side in P2; P1 pairs tiles for
+    the additive output (32 tiles over 16 warps) and takes 4 at once for the delta rule's [W; Q'] (64 tiles)."""
+    assert r6._tiling(64, 128, 64, False, True) == (16, 8, 64, 4, 32, 2, 4)
+    assert r6._tiling(64, 128, 64, True, True) == (16, 8, 64, 4, 64, 4, 4)
+    assert r6._tiling(64, 128, 64, True, False)[-2:] == (2, 4)
+
+
 @pytest.mark.parametrize("recurrence", ["plain", "delta"])
 def test_chunk_64(recurrence):
     """C = 64 (the H200 default; T = 70 leaves a short last chunk), K = 24 pads to 32 columns."""
@@ -165,8 +181,8 @@ for label, fn, argtypes in r6.compile_targets():
         for needle in ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "ld.shared"):
             if needle not in ptx:
                 raise RuntimeError(f"no {needle} in the PTX")
-        if "tf32]" not in label and "cvt.rna.tf32.f32" not in ptx:
-            raise RuntimeError("3xTF32 without cvt.rna.tf32.f32")
+        if "tf32]" not in label and "-8192" not in ptx:  # split_tf32's mask 0xFFFFE000
+            raise RuntimeError("3xTF32 without the TF32 split (and.b32 with 0xFFFFE000)")
         print(label, assemble(ptx))
     except Exception as e:
         bad.append(f"{label}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
@@ -180,7 +196,7 @@ for b in bad:
 def test_state_kernels_compile_for_sm90():
     """The gated delta rule's state kernels (3xTF32 with and without output, TF32) compiled for cc 9.0 with the
     simulator off and the launch bounds of a 512-thread block, and assembled by ptxas (nvJitLink): mma.sync
-    present, and cvt.rna.tf32 for the 3xTF32 split. (tests/test_compile.py compiles every variant.)"""
+    present, and the 3xTF32 split's mask. (tests/test_compile.py compiles every variant.)"""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
     r = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], env=env, capture_output=True, text=True, timeout=900)
     out = r.stdout + r.stderr

@@ -1,10 +1,11 @@
-"""Tune rung r3 ``shared`` on the GPU: time every (chunk size, value tile) candidate for each recurrence, and each
-kernel of the best one on its own; check every candidate against the float64 oracle on two heads.
+"""Tune rung r3 ``shared`` (or r6 ``tensor_cores``, ``--rung``) on the GPU: time every (chunk size, value tile[,
+precision]) candidate for each recurrence, and each kernel of every candidate on its own; check every candidate
+against the float64 oracle on two heads.
 
 Usage (on the H200; tools/h200.sh shows the environment it needs)::
 
     python3 tools/tune_r3.py [--shape B,T,H,K,V] [--recurrences plain,decay,...] [--chunks 32,64] [--bv 16,32,64]
-                             [--out tune_r3.json]
+                             [--rung shared|tensor_cores] [--precision 3xtf32,tf32] [--out tune_r3.json]
 
 Writes one JSON file: the device, the shape, and per recurrence the records {chunk, bv, median_ms, tflops,
 rel_err} plus the per-kernel split of the fastest candidate. ``r3_shared.BV_TABLE`` and ``DEFAULT_CHUNK`` are
@@ -27,6 +28,8 @@ def main(argv=None) -> int:
     ap.add_argument("--recurrences", default="plain,decay,delta,gated_delta")
     ap.add_argument("--chunks", default="32,64")
     ap.add_argument("--bv", default="16,32,64")
+    ap.add_argument("--rung", default="shared", choices=("shared", "tensor_cores"))
+    ap.add_argument("--precision", default="3xtf32", help="r6's precisions to try (comma-separated)")
     ap.add_argument("--out", default="tune_r3.json")
     ap.add_argument("--no-check", action="store_true", help="skip the oracle check (faster)")
     args = ap.parse_args(argv)
@@ -34,13 +37,15 @@ def main(argv=None) -> int:
     from numba import cuda
 
     from linattn_numba import bench
-    from linattn_numba.rungs import r3_shared as r3
+    from linattn_numba import rungs
     from linattn_numba.testing import make_inputs
 
     B, T, H, K, V = (int(x) for x in args.shape.split(","))
     timer = bench.Timer()
-    result = {"device": bench.device_info(), "shape": dict(B=B, T=T, H=H, K=K, V=V), "date": time.ctime(),
-              "git": bench.git_sha(), "recurrences": {}}
+    mod = rungs.module(args.rung)
+    precisions = args.precision.split(",") if args.rung == "tensor_cores" else [None]
+    result = {"device": bench.device_info(), "rung": args.rung, "shape": dict(B=B, T=T, H=H, K=K, V=V),
+              "date": time.ctime(), "git": bench.git_sha(), "versions": bench.versions(), "recurrences": {}}
     for rec in args.recurrences.split(","):
         inp = make_inputs(B, T, H, K, V, rec, seed=0)
         d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
@@ -50,10 +55,13 @@ def main(argv=None) -> int:
         flops = bench.counted_flops(rec, B, T, H, K, V)
         rows = []
         for C in (int(x) for x in args.chunks.split(",")):
-            for bv in (int(x) for x in args.bv.split(",")):
+            for bv, prec in ((int(x), p) for x in args.bv.split(",") for p in precisions):
                 row = {"chunk": C, "bv": bv}
+                kw = {"bv": bv}
+                if prec is not None:
+                    row["precision"] = kw["precision"] = prec
                 try:
-                    todo = r3.launches(d["q"], d["k"], d["v"], d["g"], d["beta"], o, None, ht, K**-0.5, C, bv=bv)
+                    todo = mod.launches(d["q"], d["k"], d["v"], d["g"], d["beta"], o, None, ht, K**-0.5, C, **kw)
 
                     def fn(todo=todo):
                         for _, launch in todo:
@@ -76,8 +84,8 @@ def main(argv=None) -> int:
         best = min(ok, key=lambda r: r["median_ms"]) if ok else None
         result["recurrences"][rec] = {"records": rows, "best": best}
         print(rec, "BEST", json.dumps(best), flush=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=1)
+        with open(args.out, "w") as f:  # after every recurrence: a run cut short keeps what it measured
+            json.dump(result, f, indent=1)
     return 0
 
 

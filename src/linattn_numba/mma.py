@@ -9,9 +9,12 @@ Numba has no tensor-core API. This module gives kernels two primitives and one d
   fragment of D back;
 * :func:`to_tf32` -- ``cvt.rna.tf32.f32``: a float32 rounded to TF32 (10 explicit mantissa bits, the low 13 bits
   zero), which is what the tensor core multiplies (it ignores the low 13 bits of an operand it is given);
-* :func:`mma_3xtf32` -- float32-accurate products on TF32 hardware: each operand ``x`` is split into
-  ``big = tf32(x)`` and ``small = tf32(x - big)``, and ``A B ~ Ab Bb + Ab Bs + As Bb`` (the ``As Bs`` term is
-  below float32 resolution). Three tensor-core products instead of one; error about that of float32 FMAs.
+* :func:`split_tf32` -- ``x = big + small`` exactly, ``big`` = ``x`` with the 13 low mantissa bits cleared (two
+  instructions; ``cvt.rna`` is about four on sm_90, where ptxas expands it to integer code);
+* :func:`mma_3xtf32` / :func:`mma_3xtf32_split` -- float32-accurate products on TF32 hardware: each operand is
+  split into ``big`` and ``small``, and ``A B ~ Ab Bb + Ab Bs + As Bb`` (the ``As Bs`` term is below float32
+  resolution). Three tensor-core products instead of one; error about that of float32 FMAs. The ``_split`` form
+  takes operands split already, so that a fragment used against several others is split once.
 
 Fragment layout (PTX ISA, "Matrix Fragments for mma.m16n8k8" with .tf32; lane ``l``, ``g = l // 4``,
 ``i = l % 4``)::
@@ -28,8 +31,7 @@ simulated shuffles, :mod:`linattn_numba.sim`): every lane deposits its fragments
 once from all of them with the operands truncated to TF32 as the hardware does, and each lane takes its part of
 D. All 32 lanes of the warp must call it, as on hardware (``.aligned``); a missing lane is a deadlock report.
 
-Status: the building block of the tensor-core rung; it compiles for sm_90 (the compile tier checks the PTX)
-and is exact in the simulator, but no rung uses it yet and it has not been timed on the H200.
+Used by the tensor-core rung r6 (:mod:`linattn_numba.rungs.r6_tensor_cores`), which the bench times on the H200.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from __future__ import annotations
 import numpy as np
 from numba import config, cuda, types
 
-__all__ = ["mma_tf32", "to_tf32", "mma_3xtf32", "fragment_a", "fragment_b", "fragment_c", "tf32_round_np",
+__all__ = ["mma_tf32", "to_tf32", "split_tf32", "mma_3xtf32", "mma_3xtf32_split", "fragment_a", "fragment_b", "fragment_c", "tf32_round_np",
            "tf32_truncate_np"]
 
 FULL_MASK = 0xFFFFFFFF
@@ -100,8 +102,13 @@ def _mma_tf32_sim(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
     return tuple(np.float32(D[r, c]) for r, c in fragment_c(t.lane))
 
 
+def _split_tf32_sim(x):
+    big = np.float32(tf32_truncate_np(np.float32(x)))
+    return big, np.float32(np.float32(x) - big)
+
+
 if config.ENABLE_CUDASIM:
-    mma_tf32, to_tf32 = _mma_tf32_sim, _to_tf32_sim
+    mma_tf32, to_tf32, split_tf32 = _mma_tf32_sim, _to_tf32_sim, _split_tf32_sim
 else:
     from llvmlite import ir
     from numba.cuda.extending import intrinsic
@@ -117,6 +124,27 @@ else:
         def codegen(context, builder, sig, args):
             asm = ir.InlineAsm(ir.FunctionType(_I32, [_F32]), "cvt.rna.tf32.f32 $0, $1;", "=r,f")
             return builder.bitcast(builder.call(asm, [args[0]]), _F32)
+
+        return sig, codegen
+
+    @intrinsic
+    def split_tf32(typingctx, x):
+        """``(big, small)`` with ``big + small == x`` exactly: ``big`` is ``x`` with its 13 low mantissa bits
+        cleared (a TF32 value), ``small`` the float32 remainder (exact: it fits in the 13 bits that were cleared).
+
+        Two instructions (a bit mask and a subtraction). ``cvt.rna.tf32.f32`` would round instead of truncate,
+        but on sm_90 ptxas expands it to integer code (add, mask, an infinity test and a select): about 4
+        instructions per operand, twice per element for a rounded split. ``small`` is handed to the tensor core
+        as is: the core reads only its top 10 explicit mantissa bits (truncation), an error of at most
+        2^-10 |small| <= 2^-20 |x| on a term that 3xTF32 adds as a correction.
+        """
+        sig = types.UniTuple(types.float32, 2)(types.float32)
+
+        def codegen(context, builder, sig, args):
+            x = args[0]
+            bits = builder.and_(builder.bitcast(x, _I32), ir.Constant(_I32, 0xFFFFE000))
+            big = builder.bitcast(bits, _F32)
+            return context.make_tuple(builder, sig.return_type, [big, builder.fsub(x, big)])
 
         return sig, codegen
 
@@ -141,26 +169,45 @@ else:
 
 
 @cuda.jit(device=True, inline="always")
-def mma_3xtf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-    """``D = A B + C`` with about float32 accuracy from three TF32 products (``big`` and ``small`` halves of each
-    operand: Ab Bs + As Bb first, the large Ab Bb last, so the small terms are not lost against it)."""
-    ab0, ab1, ab2, ab3 = to_tf32(a0), to_tf32(a1), to_tf32(a2), to_tf32(a3)
-    as0, as1 = to_tf32(a0 - ab0), to_tf32(a1 - ab1)
-    as2, as3 = to_tf32(a2 - ab2), to_tf32(a3 - ab3)
-    bb0, bb1 = to_tf32(b0), to_tf32(b1)
-    bs0, bs1 = to_tf32(b0 - bb0), to_tf32(b1 - bb1)
+def mma_3xtf32_split(ab0, ab1, ab2, ab3, as0, as1, as2, as3, bb0, bb1, bs0, bs1, c0, c1, c2, c3):
+    """3xTF32 on operands already split by :func:`split_tf32` (``a* = big``, ``as* = small``): a kernel that
+    multiplies one A fragment by several B fragments splits A once. Small terms first, the big product last."""
     d0, d1, d2, d3 = mma_tf32(ab0, ab1, ab2, ab3, bs0, bs1, c0, c1, c2, c3)
     d0, d1, d2, d3 = mma_tf32(as0, as1, as2, as3, bb0, bb1, d0, d1, d2, d3)
     return mma_tf32(ab0, ab1, ab2, ab3, bb0, bb1, d0, d1, d2, d3)
 
 
+@cuda.jit(device=True, inline="always")
+def mma_3xtf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    """``D = A B + C`` with about float32 accuracy from three TF32 products: every operand split once by
+    :func:`split_tf32`, then :func:`mma_3xtf32_split`."""
+    ab0, as0 = split_tf32(a0)
+    ab1, as1 = split_tf32(a1)
+    ab2, as2 = split_tf32(a2)
+    ab3, as3 = split_tf32(a3)
+    bb0, bs0 = split_tf32(b0)
+    bb1, bs1 = split_tf32(b1)
+    return mma_3xtf32_split(ab0, ab1, ab2, ab3, as0, as1, as2, as3, bb0, bb1, bs0, bs1, c0, c1, c2, c3)
+
+
 def compile_targets():
     """``(label, py_func, argtypes)`` of small kernels that use every primitive here, for the compile tier (the
-    PTX must contain ``mma.sync.aligned.m16n8k8`` and ``cvt.rna.tf32.f32``)."""
+    PTX must contain ``mma.sync.aligned.m16n8k8``; the rounding kernel holds ``cvt.rna.tf32.f32``)."""
     f32 = types.float32
+    arr1 = types.Array(f32, 1, "C")
     arr2 = types.Array(f32, 2, "C")
     for label, fn in (("mma_tf32 tile", _tile_kernel(False)), ("mma_3xtf32 tile", _tile_kernel(True))):
         yield label, fn.py_func, (arr2, arr2, arr2, arr2)
+    yield "to_tf32 / split_tf32", _round_kernel.py_func, (arr1, arr1, arr1, arr1)
+
+
+@cuda.jit
+def _round_kernel(x, r, big, small):
+    """Per element: ``r = to_tf32(x)``, ``(big, small) = split_tf32(x)`` (the test and compile kernel)."""
+    i = cuda.grid(1)
+    if i < x.shape[0]:
+        r[i] = to_tf32(x[i])
+        big[i], small[i] = split_tf32(x[i])
 
 
 def _tile_kernel(three: bool):

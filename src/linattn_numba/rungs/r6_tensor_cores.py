@@ -55,7 +55,8 @@ import numpy as np
 from numba import config, cuda, float32, types
 
 from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
-from ..mma import mma_3xtf32, mma_tf32
+from ..mma import mma_3xtf32_split, mma_tf32, split_tf32
+from ..vec import ld1
 from ..reference import RECURRENCES
 from . import r3_shared as r3
 from .r3_shared import _chunk_gates, _prefetch_chunk, _stage_chunk, _stage_input
@@ -105,19 +106,32 @@ def _p1_element(sm, o, u2, x, row, col, delta, out, has_g, O_V, VS, O_F, O_GM, C
             o[b, t0 + t, h, v0 + col] = scale * (x * gm + u2[bh, t0 + t, v0 + col])
 
 
+def _tiling(C, KP, BV, delta, out):
+    """``(NW, TC, NST, SPW, P1T, G1, SG)``: warps, tile columns (BV / 8), tiles of S, tiles of S per warp, tiles of
+    P1's result X, and how many tiles a warp computes side by side in P1 (``G1``) and P2 (``SG``).
+
+    Side by side means one row block, so each mma step's A fragment is loaded and split once for G1 (SG) tiles
+    instead of once per tile (at the default C = 64, K = 128, BV = 64: G1 = 2 for the additive output, 4 for the
+    delta rule's [W; Q'], SG = 4). G1 is the largest of 4, 2, 1 that divides TC and still leaves a group for
+    every warp; SG is all of the warp's SPW tiles when they lie in one row block, else 1."""
+    NW = _threads(KP, BV) // 32
+    TC = BV // 8
+    NST = (KP // 16) * TC
+    SPW = cdiv(NST, NW)  # 4 at the default, fewer only for tiny K x BV
+    P1T = (C * (int(delta) + int(out)) // 16) * TC
+    G1 = next((gg for gg in (4, 2) if TC % gg == 0 and P1T // gg >= NW), 1)
+    SG = SPW if (TC % SPW == 0 and NST % SPW == 0) else 1
+    return NW, TC, NST, SPW, P1T, G1, SG
+
+
 @functools.lru_cache(maxsize=None)
 def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
     NTH = _threads(KP, BV)
-    NW = NTH // 32
     KS, VS, O_A, O_S, O_V, O_GM, O_F, _ = _state_layout(C, KP, BV)
-    TC = BV // 8  # tile columns of S and of P1's result
-    NST = (KP // 16) * TC  # tiles of S
-    SPW = cdiv(NST, NW)  # tiles of S per warp (4, fewer only for tiny K x BV)
+    NW, TC, NST, SPW, P1T, G1, SG = _tiling(C, KP, BV, delta, out)
     SF = 4 * SPW  # state registers per lane (a compile-time size for cuda.local.array)
-    P1_ROWS = C * (int(delta) + int(out))
-    P1T = (P1_ROWS // 16) * TC  # tiles of X
     K_OFF = 0 if (delta and out) else C * KS  # where K's rows sit during P2
-    mm = mma_3xtf32 if three else mma_tf32
+    AG1, ASG = 4 * G1, 4 * SG  # accumulator counts (cuda.local.array needs a constant size)
 
     def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):
         """Value columns x * BV .. of head y through every chunk; S in the warps' mma accumulator fragments."""
@@ -174,29 +188,52 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
                 _prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t0 + C, min(C, T - t0 - C), K, KP, V, v0, BV, tid,
                                 NTH, delta, out)
 
-            # -- P1: X = rows @ S, one 16 x 8 tile per warp at a time (warp-uniform loop: every lane runs the mma) --
-            for tile in range(warp, P1T, NW):
-                pr = 16 * (tile // TC)
-                pc = 8 * (tile % TC)
-                d0 = float32(0.0)
-                d1 = float32(0.0)
-                d2 = float32(0.0)
-                d3 = float32(0.0)
+            # -- P1: X = rows @ S; a warp takes G1 tiles side by side (one row block), so that each step's A
+            # fragment is loaded and split once for G1 mma tiles (warp-uniform loop: every lane runs the mma) --
+            for grp in range(warp, P1T // G1, NW):
+                pr = 16 * ((grp * G1) // TC)
+                pc = 8 * ((grp * G1) % TC)
+                acc = cuda.local.array(AG1, float32)
+                for e in range(4 * G1):
+                    acc[e] = float32(0.0)
                 ra = O_A + (pr + g) * KS + i4
                 rb = O_S + i4 * VS + pc + g
                 for k0 in range(0, kp_rt, 8):
-                    d0, d1, d2, d3 = mm(sm[ra + k0], sm[ra + 8 * KS + k0], sm[ra + k0 + 4], sm[ra + 8 * KS + k0 + 4],
-                                        sm[rb + k0 * VS], sm[rb + (k0 + 4) * VS], d0, d1, d2, d3)
+                    a0 = ld1(sm, ra + k0)
+                    a1 = ld1(sm, ra + 8 * KS + k0)
+                    a2 = ld1(sm, ra + k0 + 4)
+                    a3 = ld1(sm, ra + 8 * KS + k0 + 4)
+                    ab0, as0 = split_tf32(a0)
+                    ab1, as1 = split_tf32(a1)
+                    ab2, as2 = split_tf32(a2)
+                    ab3, as3 = split_tf32(a3)
+                    for e in range(G1):
+                        b0 = ld1(sm, rb + k0 * VS + 8 * e)
+                        b1 = ld1(sm, rb + (k0 + 4) * VS + 8 * e)
+                        if three:
+                            bb0, bs0 = split_tf32(b0)
+                            bb1, bs1 = split_tf32(b1)
+                            d0, d1, d2, d3 = mma_3xtf32_split(ab0, ab1, ab2, ab3, as0, as1, as2, as3, bb0, bb1,
+                                                              bs0, bs1, acc[4 * e], acc[4 * e + 1], acc[4 * e + 2],
+                                                              acc[4 * e + 3])
+                        else:
+                            d0, d1, d2, d3 = mma_tf32(a0, a1, a2, a3, b0, b1, acc[4 * e], acc[4 * e + 1],
+                                                      acc[4 * e + 2], acc[4 * e + 3])
+                        acc[4 * e] = d0
+                        acc[4 * e + 1] = d1
+                        acc[4 * e + 2] = d2
+                        acc[4 * e + 3] = d3
                 row = pr + g
-                col = pc + 2 * i4
-                _p1_element(sm, o, u2, d0, row, col, delta, out, has_g, O_V, VS, O_F, O_GM, C, n, b, h, bh, t0,
-                            v0, V, scale)
-                _p1_element(sm, o, u2, d1, row, col + 1, delta, out, has_g, O_V, VS, O_F, O_GM, C, n, b, h, bh,
-                            t0, v0, V, scale)
-                _p1_element(sm, o, u2, d2, row + 8, col, delta, out, has_g, O_V, VS, O_F, O_GM, C, n, b, h, bh,
-                            t0, v0, V, scale)
-                _p1_element(sm, o, u2, d3, row + 8, col + 1, delta, out, has_g, O_V, VS, O_F, O_GM, C, n, b, h,
-                            bh, t0, v0, V, scale)
+                for e in range(G1):
+                    col = pc + 8 * e + 2 * i4
+                    _p1_element(sm, o, u2, acc[4 * e], row, col, delta, out, has_g, O_V, VS, O_F, O_GM, C, n, b,
+                                h, bh, t0, v0, V, scale)
+                    _p1_element(sm, o, u2, acc[4 * e + 1], row, col + 1, delta, out, has_g, O_V, VS, O_F, O_GM, C,
+                                n, b, h, bh, t0, v0, V, scale)
+                    _p1_element(sm, o, u2, acc[4 * e + 2], row + 8, col, delta, out, has_g, O_V, VS, O_F, O_GM, C,
+                                n, b, h, bh, t0, v0, V, scale)
+                    _p1_element(sm, o, u2, acc[4 * e + 3], row + 8, col + 1, delta, out, has_g, O_V, VS, O_F, O_GM,
+                                C, n, b, h, bh, t0, v0, V, scale)
             if delta and out:
                 cuda.syncthreads()  # W and Q' are consumed: K takes their place
                 _stage_input(sm, O_A, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
@@ -205,29 +242,48 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
             # -- P2: S <- gamma_C S + K^T V_new on the warp's own tiles; meanwhile the next chunk's gates --
             if has_g and c + 1 < NC:
                 _chunk_gates(sm, O_F, O_GM, bcum, bh, t0 + C, min(C, T - t0 - C), C, tid, NTH)
-            if has_g:
-                gc = math.exp(b_last)
-                for e in range(SF):
-                    Sf[e] *= gc
-            for e in range(SPW):
-                st = warp * SPW + e
-                if st < NST:  # warp-uniform
-                    r0 = 16 * (st // TC)
-                    c0 = 8 * (st % TC)
+            # the chunk's K^T V_new is summed from zero in fresh accumulators and added to gamma_C S on the FMA
+            # units: the tensor core's float32 accumulation is not IEEE-rounded (it truncates), harmless over one
+            # chunk's 64 terms but a visible bias over thousands of tokens if S itself were the accumulator
+            # (plain attention at T = 8192: 5.5e-5 relative error on the H200, against 3e-6 for r3)
+            gc = float32(math.exp(b_last)) if has_g else float32(1.0)
+            for e0 in range(0, SPW, SG):
+                st0 = warp * SPW + e0
+                if st0 < NST:  # warp-uniform
+                    r0 = 16 * (st0 // TC)
+                    c0 = 8 * (st0 % TC)
+                    acc = cuda.local.array(ASG, float32)
+                    for e in range(4 * SG):
+                        acc[e] = float32(0.0)
                     ka = O_A + K_OFF + i4 * KS + r0 + g  # K^T[r0 + g, i4] = K[i4, r0 + g]
                     vb = O_V + i4 * VS + c0 + g
-                    s0 = Sf[4 * e]
-                    s1 = Sf[4 * e + 1]
-                    s2 = Sf[4 * e + 2]
-                    s3 = Sf[4 * e + 3]
                     for k0 in range(0, 8 * ((n + 7) // 8), 8):  # rows past n are zero: skipped
-                        s0, s1, s2, s3 = mm(sm[ka + k0 * KS], sm[ka + k0 * KS + 8], sm[ka + (k0 + 4) * KS],
-                                            sm[ka + (k0 + 4) * KS + 8], sm[vb + k0 * VS], sm[vb + (k0 + 4) * VS],
-                                            s0, s1, s2, s3)
-                    Sf[4 * e] = s0
-                    Sf[4 * e + 1] = s1
-                    Sf[4 * e + 2] = s2
-                    Sf[4 * e + 3] = s3
+                        a0 = ld1(sm, ka + k0 * KS)
+                        a1 = ld1(sm, ka + k0 * KS + 8)
+                        a2 = ld1(sm, ka + (k0 + 4) * KS)
+                        a3 = ld1(sm, ka + (k0 + 4) * KS + 8)
+                        ab0, as0 = split_tf32(a0)
+                        ab1, as1 = split_tf32(a1)
+                        ab2, as2 = split_tf32(a2)
+                        ab3, as3 = split_tf32(a3)
+                        for e in range(SG):  # the warp's tiles side by side: one A fragment for SG tiles
+                            b0 = ld1(sm, vb + k0 * VS + 8 * e)
+                            b1 = ld1(sm, vb + (k0 + 4) * VS + 8 * e)
+                            if three:
+                                bb0, bs0 = split_tf32(b0)
+                                bb1, bs1 = split_tf32(b1)
+                                d0, d1, d2, d3 = mma_3xtf32_split(ab0, ab1, ab2, ab3, as0, as1, as2, as3, bb0, bb1,
+                                                                  bs0, bs1, acc[4 * e], acc[4 * e + 1],
+                                                                  acc[4 * e + 2], acc[4 * e + 3])
+                            else:
+                                d0, d1, d2, d3 = mma_tf32(a0, a1, a2, a3, b0, b1, acc[4 * e], acc[4 * e + 1],
+                                                          acc[4 * e + 2], acc[4 * e + 3])
+                            acc[4 * e] = d0
+                            acc[4 * e + 1] = d1
+                            acc[4 * e + 2] = d2
+                            acc[4 * e + 3] = d3
+                    for e in range(4 * SG):
+                        Sf[4 * e0 + e] = Sf[4 * e0 + e] * gc + acc[e]
             cuda.syncthreads()  # before the next chunk is staged over this one
         if has_ht:
             for e in range(SPW):
