@@ -214,13 +214,14 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
 # long-context runs at B1 H2), (additive, delta family). The sequential rungs' cost is one block's walk through
 # the tokens (a block per SM, all blocks in one wave at the standard shape): the call's time / T. The scan's cost
 # is per token-head when its segments fill the GPU: the call's time / (B H T).
-SEQ_US_PER_TOKEN = {"recurrent": (0.43, 0.50), "shared": (0.35, 0.70)}  # 3.48 / 4.06 ms, 2.90 / 5.71 ms over 8192
+SEQ_US_PER_TOKEN = {"recurrent": (0.43, 0.50), "shared": (0.35, 0.70),  # 3.48 / 4.06 ms, 2.90 / 5.71 ms over 8192
+                    "tensor_cores": (0.305, 0.64)}  # 2.50 / 5.23 ms (figures/data/probes/h200_tune_r6_a24d276.json)
 SCAN_NS_PER_TOKEN_HEAD = (8.7, 35.6)  # 18.2 ms over 2 x 1,048,576 (decay); 18.7 ms over 2 x 262,144 (gated delta)
 SCAN_MARGIN = 0.8  # the scan must be estimated at least this much faster (the model has two points per family)
 
 
 def estimate_ms(name: str, B: int, T: int, H: int, K: int, V: int, delta: bool) -> float | None:
-    """Rough time of rung ``name`` ("recurrent", "shared" or "scan") from the measured per-token costs above,
+    """Rough time of rung ``name`` ("recurrent", "shared", "tensor_cores" or "scan") from the measured per-token costs above,
     scaled by K V / 128^2; None for other rungs. The sequential rungs run ``B H ceil(V / 64)`` blocks (one per
     SM, as at the standard shape), so their time is waves x T x the per-token cost; the scan's is
     B H T x its per-token-head cost, but never below the engine's time split over its segment count."""
@@ -243,12 +244,12 @@ def auto_rung(T: int, K: int, V: int, recurrence: str | None = None, chunk_size:
               H: int | None = None) -> str:
     """The rung ``rung="auto"`` uses for a shape: the fastest landed rung measured correct on the H200.
 
-    From ``figures/data`` (B4 T8192 H16 K=V=128, float32): for the additive recurrences (plain, decay) r3
-    ``shared`` and r5 ``warp_roles`` are within a few percent of each other and ahead of r1 ``recurrent``; for the
-    delta rule and the gated delta rule r1 ``recurrent`` is the fastest rung (its state pass does one K x V update
-    per token; the chunked rungs pay for the WY solve and the [W; Q'] S product). So: K <= 128 picks ``shared``
-    (additive, or recurrence unknown) or ``recurrent`` (delta family); K <= 256 picks ``chunked``; larger K
-    ``naive``.
+    From ``figures/data`` (B4 T8192 H16 K=V=128, float32): for the additive recurrences (plain, decay) r6
+    ``tensor_cores`` (3xTF32, float32 accuracy) is ahead of r3 ``shared`` and r5 ``warp_roles``, which are within a
+    few percent of each other and ahead of r1 ``recurrent``; for the delta rule and the gated delta rule r1
+    ``recurrent`` is the fastest rung (its state pass does one K x V update per token; the chunked rungs pay for
+    the WY solve and the [W; Q'] S product). So: K <= 128 picks ``tensor_cores`` (additive, or recurrence
+    unknown) or ``recurrent`` (delta family); K <= 256 picks ``chunked``; larger K ``naive``.
 
     Few heads and a long sequence: when ``B`` and ``H`` are given (``attention`` gives them), r4 ``scan`` is picked
     instead where :func:`estimate_ms` puts it below ``SCAN_MARGIN`` times that choice: the sequential rungs
@@ -265,7 +266,7 @@ def auto_rung(T: int, K: int, V: int, recurrence: str | None = None, chunk_size:
     if recurrence is not None and recurrence not in RECURRENCES:
         raise ValueError(f"recurrence must be one of {RECURRENCES} or None, got {recurrence!r}")
     delta = recurrence in ("delta", "gated_delta")
-    order = ("recurrent", "shared") if delta else ("shared", "recurrent")
+    order = ("recurrent", "shared") if delta else ("tensor_cores", "shared", "recurrent")
     choice = "naive"
     for name in order + ("chunked",):
         mod = rungs.module(name) if name in RUNGS else None

@@ -88,8 +88,18 @@ def _threads(KP, BV):
 
 
 @cuda.jit(device=True, inline="always")
-def _p1_element(sm, o, u2, x, row, col, delta, out, has_g, O_V, VS, O_F, O_GM, C, n, b, h, bh, t0, v0, V, scale):
-    """One element of P1's result X: V_new in place (delta rows) or the output."""
+def _p1_u2(u2, row, col, delta, out, C, n, bh, t0, v0, V):
+    """The intra-chunk output U'' that one element of P1's result is added to (0 where there is none): loaded
+    before the tile's mma steps, so that its trip from L2 overlaps them instead of following them."""
+    t = row - C if delta else row
+    if out and t >= 0 and t < n and v0 + col < V:
+        return u2[bh, t0 + t, v0 + col]
+    return float32(0.0)
+
+
+@cuda.jit(device=True, inline="always")
+def _p1_element(sm, o, u2v, x, row, col, delta, out, has_g, O_V, VS, O_F, O_GM, C, n, b, h, bh, t0, v0, V, scale):
+    """One element of P1's result X: V_new in place (delta rows) or the output (``u2v`` from :func:`_p1_u2`)."""
     if delta and row < C:
         p = O_V + row * VS + col
         if row < n:
@@ -103,7 +113,7 @@ def _p1_element(sm, o, u2, x, row, col, delta, out, has_g, O_V, VS, O_F, O_GM, C
             gm = float32(1.0)
             if has_g and not delta:
                 gm = sm[O_GM + t]
-            o[b, t0 + t, h, v0 + col] = scale * (x * gm + u2[bh, t0 + t, v0 + col])
+            o[b, t0 + t, h, v0 + col] = scale * (x * gm + u2v)
 
 
 def _tiling(C, KP, BV, delta, out):
@@ -132,6 +142,9 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
     SF = 4 * SPW  # state registers per lane (a compile-time size for cuda.local.array)
     K_OFF = 0 if (delta and out) else C * KS  # where K's rows sit during P2
     AG1, ASG = 4 * G1, 4 * SG  # accumulator counts (cuda.local.array needs a constant size)
+    # the additive output's U'' loaded before the mma steps (latency hidden); the delta rule's P1 takes 4 tiles at a
+    # time, where 16 more live registers would spill (ptxas: 112 bytes), so it loads them after
+    EARLY_U2 = out and not delta
 
     def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):
         """Value columns x * BV .. of head y through every chunk; S in the warps' mma accumulator fragments."""
@@ -194,6 +207,18 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
                 pr = 16 * ((grp * G1) // TC)
                 pc = 8 * ((grp * G1) % TC)
                 acc = cuda.local.array(AG1, float32)
+                pre = cuda.local.array(AG1, float32)
+                for e in range(G1):
+                    col = pc + 8 * e + 2 * i4
+                    pre[4 * e] = float32(0.0)
+                    pre[4 * e + 1] = float32(0.0)
+                    pre[4 * e + 2] = float32(0.0)
+                    pre[4 * e + 3] = float32(0.0)
+                    if EARLY_U2:
+                        pre[4 * e] = _p1_u2(u2, pr + g, col, delta, out, C, n, bh, t0, v0, V)
+                        pre[4 * e + 1] = _p1_u2(u2, pr + g, col + 1, delta, out, C, n, bh, t0, v0, V)
+                        pre[4 * e + 2] = _p1_u2(u2, pr + g + 8, col, delta, out, C, n, bh, t0, v0, V)
+                        pre[4 * e + 3] = _p1_u2(u2, pr + g + 8, col + 1, delta, out, C, n, bh, t0, v0, V)
                 for e in range(4 * G1):
                     acc[e] = float32(0.0)
                 ra = O_A + (pr + g) * KS + i4
@@ -226,13 +251,18 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
                 row = pr + g
                 for e in range(G1):
                     col = pc + 8 * e + 2 * i4
-                    _p1_element(sm, o, u2, acc[4 * e], row, col, delta, out, has_g, O_V, VS, O_F, O_GM, C, n, b,
+                    if not EARLY_U2:
+                        pre[4 * e] = _p1_u2(u2, row, col, delta, out, C, n, bh, t0, v0, V)
+                        pre[4 * e + 1] = _p1_u2(u2, row, col + 1, delta, out, C, n, bh, t0, v0, V)
+                        pre[4 * e + 2] = _p1_u2(u2, row + 8, col, delta, out, C, n, bh, t0, v0, V)
+                        pre[4 * e + 3] = _p1_u2(u2, row + 8, col + 1, delta, out, C, n, bh, t0, v0, V)
+                    _p1_element(sm, o, pre[4 * e], acc[4 * e], row, col, delta, out, has_g, O_V, VS, O_F, O_GM, C, n, b,
                                 h, bh, t0, v0, V, scale)
-                    _p1_element(sm, o, u2, acc[4 * e + 1], row, col + 1, delta, out, has_g, O_V, VS, O_F, O_GM, C,
+                    _p1_element(sm, o, pre[4 * e + 1], acc[4 * e + 1], row, col + 1, delta, out, has_g, O_V, VS, O_F, O_GM, C,
                                 n, b, h, bh, t0, v0, V, scale)
-                    _p1_element(sm, o, u2, acc[4 * e + 2], row + 8, col, delta, out, has_g, O_V, VS, O_F, O_GM, C,
+                    _p1_element(sm, o, pre[4 * e + 2], acc[4 * e + 2], row + 8, col, delta, out, has_g, O_V, VS, O_F, O_GM, C,
                                 n, b, h, bh, t0, v0, V, scale)
-                    _p1_element(sm, o, u2, acc[4 * e + 3], row + 8, col + 1, delta, out, has_g, O_V, VS, O_F, O_GM,
+                    _p1_element(sm, o, pre[4 * e + 3], acc[4 * e + 3], row + 8, col + 1, delta, out, has_g, O_V, VS, O_F, O_GM,
                                 C, n, b, h, bh, t0, v0, V, scale)
             if delta and out:
                 cuda.syncthreads()  # W and Q' are consumed: K takes their place
