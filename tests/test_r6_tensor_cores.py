@@ -57,6 +57,17 @@ def test_tiles_side_by_side(recurrence):
     check(make(1, 50, 1, 32, 32, recurrence, seed=13), 32)
 
 
+def test_fixed_map_stagers_and_their_fallback():
+    """The fixed-map stagers take float32 inputs with aligned rows when the block's threads cover whole rows of
+    quads (K = 16 or 20 and V = 8 or 12 in the cases above, and the H200 default); V = 20 in tiles of 24 does
+    not fit (6 quads per row, 32 threads) and float16 inputs are not 128-bit rows: both use r3's loops, and both
+    are checked against the oracle in this file (test_matches_recurrent, test_float16_inputs)."""
+    assert r6._stager_fits(128, 512) and r6._stager_fits(64, 512) and r6._stager_fits(8, 32)
+    assert not r6._stager_fits(24, 32) and not r6._stager_fits(10, 32)
+    inp = make(1, 21, 1, 8, 20, "decay", seed=14)  # BV = 24: the fallback, with a short single chunk
+    check(inp, 32)
+
+
 def test_tiling_at_the_default():
     """C = 64, K = V = 128, BV = 64: 16 warps, 4 tiles of S each, all four side by side in P2; P1 pairs tiles for
     the additive output (32 tiles over 16 warps) and takes 4 at once for the delta rule's [W; Q'] (64 tiles)."""

@@ -14,14 +14,31 @@ run on the FMA units as 4x4 register tiles: about 25% of the fp32 FMA rate. The 
 TF32 (10-bit mantissa) at several times that rate. Here the same two products are ``mma.sync.m16n8k8`` tiles
 (:mod:`linattn_numba.mma`): each warp owns 16 x 8 tiles, and every lane holds 4 accumulators of each (the
 "C fragment": rows g and g + 8, columns 2i and 2i + 1 of the tile, g = lane // 4, i = lane % 4). The state S
-now lives in those fragments: the warp that owns a tile of S accumulates P2 into it, and stores it to shared
+now lives in those fragments: the warp that owns a tile of S adds each chunk's P2 to it, and stores it to shared
 memory once per chunk as P1's right-hand side.
 
 TF32 alone would cost float32 accuracy (relative error ~1e-3 where r3 has ~1e-6). ``precision="3xtf32"``
 (the default) splits every operand into a TF32 ``big`` part and a TF32 ``small`` remainder and sums three
 products (``big big + big small + small big``): error about that of float32 FMAs, three tensor-core
 instructions per tile step. ``precision="tf32"`` is the one-product variant (what fla's chunk kernels do with
-float32 inputs), for comparison.
+float32 inputs), for comparison. Each chunk's P2 is summed from zero and added to ``gamma_C S`` on the FMA units:
+the tensor core's float32 accumulation truncates, harmless over one chunk but, with S itself as the accumulator,
+a relative error of 5.5e-5 on plain attention at T = 8192 (first H200 run, ``probes/h200_r6_2fb682a.json``).
+
+What made it fast (the first H200 run had r6 at 4.3 / 4.5 / 5.9 ms for plain / decay / gated delta, slower
+than r3; SASS read with nvdisasm, ncu in ``probes/h200_ncu_r6_2fb682a.csv``): the instructions around the
+``HMMA``, not the tensor cores, were the cost --
+
+* shared loads by :func:`linattn_numba.vec.ld1`: Numba's ``a[i]`` with a signed index also handles negative
+  indices, a compare, a select and 64-bit arithmetic per access (2,495 IMAD and 1,003 ISETP against 45 HMMA);
+* tiles side by side (:func:`_tiling`): a warp computes G1 tiles of P1 and its SG = 4 tiles of S in one row
+  block, so each step's A fragment is loaded and split once for several ``mma``;
+* the split by bit mask (:func:`linattn_numba.mma.split_tf32`, 2 instructions; ``cvt.rna`` is about 4 on sm_90);
+* staging by fixed-map stagers (:func:`_rows_stager`) instead of r3's general loops;
+* the additive output's U'' loaded before the ``mma`` steps that it is added to.
+
+The state kernel went from 3.83 to 1.75 ms (decay) before the stagers (``probes/h200_tune_r6_a24d276.json``,
+ncu in ``figures/data/h200_ncu_r6_*.csv``); the bench JSON in ``figures/data`` has the whole rung.
 
 The intra kernel (gates, scores, the WY solve, Q' and U'') is r3's, launched by r3's code with r3's scratch; only
 the state kernel is new, so ``diff`` against r3's ``_state_kernel`` shows the lesson.
@@ -30,20 +47,25 @@ Thread map (grid ``(ceil(V / BV), B H)`` as r3; block ``32 max(1, KP BV / 512)``
 BV = 64)::
 
     S [KP, BV] in 16 x 8 tiles, tile st = (st // (BV / 8), st % (BV / 8)); warp w owns tiles 4w .. 4w + 3
-    P1: output tile (16 rows of [W; Q'], 8 columns) j goes to warp j mod NW; KP / 8 mma steps, operands from
-        shared memory: A = row block rows, B = S as stored this chunk
-    P2: each warp accumulates its own S tiles over the C / 8 steps of the chunk: A = K^T (K's rows read
-        transposed from shared memory), B = V_new
-    staging, gates and prefetch: r3's helpers (_stage_chunk, _prefetch_chunk, _chunk_gates), by thread; the
-    P1 epilogue (V_new = (U - X) gamma_C / gamma_t in place, or o = scale (X gamma + U'')) per fragment element
+        (one row block at BV = 64: side by side)
+    P1: groups of G1 output tiles side by side (16 rows of [W; Q'], 8 G1 columns), group j to warp j mod NW;
+        KP / 8 mma steps, operands from shared memory: A = row block rows, B = S as stored this chunk
+    P2: each warp sums the chunk's K^T V_new for its own S tiles over the C / 8 steps: A = K^T (K's rows read
+        transposed from shared memory, one fragment per step for its SG tiles), B = V_new; then S = gamma_C S + it
+    staging: fixed-map stagers (thread tid: column quad tid mod (cols / 4), every NTH / (cols / 4)-th row), r3's
+        loops for float16 or unaligned inputs; gates and prefetch: r3's helpers (_chunk_gates, _prefetch_chunk);
+        the P1 epilogue (V_new = (U - X) gamma_C / gamma_t in place, or o = scale (X gamma + U'')) per element
 
 Shared memory: r3's layout, but the rows of S and V_new are padded by 8 floats instead of 4, so that the B
 fragments (lanes 4g + i read row k0 + i, column c0 + g) fall in 32 distinct banks; the row blocks keep r3's
 4-float padding, which serves P1's A fragments (row g, column i) the same way.
 
-Status: compiled for sm_90 and checked against the float64 oracle in the simulator (where the mma is a warp
-rendezvous that computes the tile product from every lane's fragments); not yet timed on the H200 -- the bench
-runs it with every other rung. ``auto`` does not pick it until it is measured.
+Status: checked against the float64 oracle in the simulator (where the mma is a warp rendezvous that computes
+the tile product from every lane's fragments), compiled and assembled for sm_90, in the GPU test tier on the
+H200, and timed there by the bench: faster than r3 for every recurrence at the standard shape, so ``auto`` picks
+it for the additive recurrences (r1 stays faster for the delta family). Still far from fla's TF32 chunk kernels:
+the state pass stays one block per (head, value tile) walking the chunks, and the intra kernel (r3's) runs on
+the FMA units.
 """
 
 from __future__ import annotations
@@ -56,8 +78,8 @@ from numba import config, cuda, float32, types
 
 from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
 from ..mma import mma_3xtf32_split, mma_tf32, split_tf32
-from ..vec import ld1
 from ..reference import RECURRENCES
+from ..vec import ld1, ld4, st4
 from . import r3_shared as r3
 from .r3_shared import _chunk_gates, _prefetch_chunk, _stage_chunk, _stage_input
 
@@ -116,6 +138,70 @@ def _p1_element(sm, o, u2v, x, row, col, delta, out, has_g, O_V, VS, O_F, O_GM, 
             o[b, t0 + t, h, v0 + col] = scale * (x * gm + u2v)
 
 
+def _stager_fits(cols, nth):
+    """Whether :func:`_rows_stager` can stage rows of ``cols`` floats with ``nth`` threads (whole quads, and a
+    whole number of rows per pass of the block)."""
+    return cols % 4 == 0 and nth % (cols // 4) == 0
+
+
+@functools.lru_cache(maxsize=None)
+def _rows_stager(ROWS, COLS, NTH, scratch):
+    """A device function that copies ROWS rows of COLS floats from global to shared memory with 128-bit accesses,
+    every size a compile-time constant: each thread owns one column quad ``d`` and the rows ``tid // (COLS / 4)
+    + j NTH / (COLS / 4)``, issues all of its J loads, then stores them.
+
+    r3's staging loops (:func:`r3_shared._stage_input4`) take their sizes as arguments and keep QBATCH = 8 loads in
+    flight per pass, each one recomputing ``t = 4 e // cols``, ``d = 4 e % cols`` and the 4-D address: at r6's
+    launch (512 threads; 4 quads per thread for Q and K, 2 for V) about 1,400 SASS instructions per warp and
+    chunk, half of them for predicated-off slots -- as many as the chunk's two tensor-core products together.
+    Here ``d`` and the row base are fixed per thread, so a load is an address add and a compare.
+
+    ``scratch``: ``x`` is a [BH, T, n] scratch array (``stage(sm, off, stride, x, bh, t0, lim, c0, tid)``, rows
+    are not cut at the sequence end, as in r3); else a [B, T, H, n] input (``stage(sm, off, stride, x, b, h, t0,
+    n, lim, c0, tid, scaled, soff)``: rows t >= n are zero, rows times ``sm[soff + t]`` when ``scaled``). Columns
+    ``c0 + d >= lim`` are zero in both."""
+    QPR = COLS // 4
+    RSTEP = NTH // QPR
+    J = cdiv(ROWS, RSTEP)
+    JB = 4 * J
+
+    if scratch:
+        def stage(sm, off, stride, x, bh, t0, lim, c0, tid):
+            buf = cuda.local.array(JB, float32)
+            d = 4 * (tid % QPR)
+            tf = tid // QPR
+            for j in range(J):
+                t = tf + j * RSTEP
+                y = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+                if t < ROWS and c0 + d < lim:
+                    y = ld4(x, (bh, t0 + t, c0 + d))
+                for f in range(4):
+                    buf[4 * j + f] = y[f]
+            for j in range(J):
+                t = tf + j * RSTEP
+                if t < ROWS:
+                    st4(sm, off + t * stride + d, (buf[4 * j], buf[4 * j + 1], buf[4 * j + 2], buf[4 * j + 3]))
+    else:
+        def stage(sm, off, stride, x, b, h, t0, n, lim, c0, tid, scaled, soff):
+            buf = cuda.local.array(JB, float32)
+            d = 4 * (tid % QPR)
+            tf = tid // QPR
+            for j in range(J):
+                t = tf + j * RSTEP
+                y = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+                if t < ROWS and t < n and c0 + d < lim:
+                    y = ld4(x, (b, t0 + t, h, c0 + d))
+                for f in range(4):
+                    buf[4 * j + f] = y[f]
+            for j in range(J):
+                t = tf + j * RSTEP
+                if t < ROWS:
+                    sc = sm[soff + t] if scaled else float32(1.0)
+                    st4(sm, off + t * stride + d, (buf[4 * j] * sc, buf[4 * j + 1] * sc, buf[4 * j + 2] * sc,
+                                                   buf[4 * j + 3] * sc))
+    return cuda.jit(device=True, inline="always")(stage)
+
+
 def _tiling(C, KP, BV, delta, out):
     """``(NW, TC, NST, SPW, P1T, G1, SG)``: warps, tile columns (BV / 8), tiles of S, tiles of S per warp, tiles of
     P1's result X, and how many tiles a warp computes side by side in P1 (``G1``) and P2 (``SG``).
@@ -142,6 +228,13 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
     SF = 4 * SPW  # state registers per lane (a compile-time size for cuda.local.array)
     K_OFF = 0 if (delta and out) else C * KS  # where K's rows sit during P2
     AG1, ASG = 4 * G1, 4 * SG  # accumulator counts (cuda.local.array needs a constant size)
+    # float32 inputs with aligned rows (vin, which also means K and V multiples of 4) are staged by the fixed-map
+    # stagers; others (float16, odd strides, tile shapes they do not fit) by r3's general loops
+    FAST = vin and _stager_fits(KP, NTH) and _stager_fits(BV, NTH)
+    st_rows = _rows_stager(C, KP, NTH, False)  # Q, K
+    st_rows_s = _rows_stager(C, KP, NTH, True)  # W, Q'
+    st_val = _rows_stager(C, BV, NTH, False)  # V
+    st_val_s = _rows_stager(C, BV, NTH, True)  # U
     # the additive output's U'' loaded before the mma steps (latency hidden); the delta rule's P1 takes 4 tiles at a
     # time, where 16 more live registers would spill (ptxas: 112 bytes), so it loads them after
     EARLY_U2 = out and not delta
@@ -193,8 +286,22 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
                         c0 = 8 * (st % TC)
                         for j in range(4):
                             sm[O_S + (r0 + g + 8 * (j // 2)) * VS + c0 + 2 * i4 + j % 2] = Sf[4 * e + j]
-            _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, KP, V, v0, C, BV, tid,
-                         NTH, has_g, delta, out, vin, vec_v)
+            if FAST:  # what _stage_chunk does, by the fixed-map stagers
+                if delta:
+                    st_rows_s(sm, O_A, KS, w, bh, t0, KP, 0, tid)
+                elif out:
+                    st_rows(sm, O_A, KS, q, b, h, t0, n, K, 0, tid, False, 0)
+                if delta and out:
+                    st_rows_s(sm, O_A + C * KS, KS, qp, bh, t0, KP, 0, tid)
+                else:
+                    st_rows(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, tid, False, 0)
+                if delta:
+                    st_val_s(sm, O_V, VS, u, bh, t0, V, v0, tid)
+                else:
+                    st_val(sm, O_V, VS, v, b, h, t0, n, V, v0, tid, has_g, O_F)
+            else:
+                _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, KP, V, v0, C, BV,
+                             tid, NTH, has_g, delta, out, vin, vec_v)
             cuda.syncthreads()  # everything staged, S included
 
             if c + 1 < NC:  # L2 prefetch of the next chunk's rows, as in r3
@@ -266,7 +373,10 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
                                 C, n, b, h, bh, t0, v0, V, scale)
             if delta and out:
                 cuda.syncthreads()  # W and Q' are consumed: K takes their place
-                _stage_input(sm, O_A, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
+                if FAST:
+                    st_rows(sm, O_A, KS, k, b, h, t0, n, K, 0, tid, False, 0)
+                else:
+                    _stage_input(sm, O_A, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
             cuda.syncthreads()  # V_new (and K) complete
 
             # -- P2: S <- gamma_C S + K^T V_new on the warp's own tiles; meanwhile the next chunk's gates --
