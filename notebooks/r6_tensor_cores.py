@@ -105,9 +105,12 @@ display(Code(src[src.index("    @intrinsic\n    def to_tf32"):src.index("def com
 # ## 3. TF32 and 3xTF32
 #
 # A TF32 operand keeps 10 of float32's 23 mantissa bits: one tile product is accurate to about `2^-11` relative
-# per term. Splitting `x = big + small` with `big = tf32(x)` and `small = tf32(x − big)` keeps ~21 bits, and
-# `A B ≈ Ab Bb + Ab Bs + As Bb` (the `As Bs` term is below float32's resolution): three tensor-core products.
-# One warp, a 16 × 8 × 32 product, against float64:
+# per term. Splitting `x = big + small` with `big` = `x` with its 13 low mantissa bits cleared (`mma.split_tf32`:
+# a bit mask and a subtraction, both exact) keeps all 24 bits, and `A B ≈ Ab Bb + Ab Bs + As Bb` (the `As Bs`
+# term is below float32's resolution): three tensor-core products. The core reads only the top 10 mantissa bits
+# of `small`, an error of at most `2^-20 |x|` on a correction term. (`cvt.rna.tf32.f32`, which rounds, costs
+# about four instructions on sm_90: ptxas expands it to integer code.) One warp, a 16 × 8 × 32 product, against
+# float64:
 
 # %%
 rng = np.random.default_rng(0)
@@ -130,8 +133,17 @@ assert errs["3xTF32"] < 2e-6 < errs["TF32"]
 #
 # Thread map and layout, from the module docstring, then the kernel. Things to notice:
 #
-# * `S` is `Sf`, 4 registers per tile, 4 tiles per warp: exactly the accumulator fragments of P2's tiles. P2 is
-#   `Sf = mma(Kᵀ fragment, V_new fragment, Sf)` over the chunk's time steps; no thread ever holds a 4 × 4 block.
+# * `S` is `Sf`, 4 registers per tile, 4 tiles per warp: the layout of P2's accumulator fragments. P2 sums the
+#   chunk's `Kᵀ V_new` from zero in fresh fragments, `acc = mma(Kᵀ fragment, V_new fragment, acc)` over the
+#   chunk's time steps, and then `Sf = γ_C Sf + acc` on the FMA units: the tensor core's float32 accumulation
+#   truncates, and with `Sf` as the accumulator that bias grew over 8,192 tokens to a 5.5e-5 relative error on the
+#   H200. No thread ever holds a 4 × 4 block.
+# * A warp's 4 tiles of S lie side by side in one row block (`_tiling`'s SG), so each P2 step loads and splits its
+#   A fragment once for 4 `mma`; P1 groups G1 tiles the same way.
+# * Shared memory is read with `vec.ld1`, not `sm[i]`: Numba's indexing with a signed index also handles
+#   negative indices, a compare and a select per access, which was most of the first version's instructions.
+# * The chunk's rows are staged by `_rows_stager` (every size a constant, one column quad per thread) instead of
+#   r3's general loops, which spent as many instructions per chunk as the two products.
 # * P1 needs `S` as a B operand (columns split across lanes differently from the accumulator), so once per
 #   chunk every lane writes its `Sf` to shared memory, and P1 reads it back after the staging barrier.
 # * Every `mma` sits in a loop whose trip count is the same for all lanes of a warp (tiles are assigned per
@@ -143,7 +155,7 @@ assert errs["3xTF32"] < 2e-6 < errs["TF32"]
 # %%
 doc = r6.__doc__
 display(Markdown("```\n" + doc[doc.index("Thread map"):doc.index("Status:")].rstrip() + "\n```"))
-for name in ("_state_layout", "_threads", "_p1_element", "_state_kernel", "launches"):
+for name in ("_state_layout", "_threads", "_tiling", "_rows_stager", "_p1_element", "_state_kernel", "launches"):
     display(Markdown(f"**`{name}`**"))
     display(Code(inspect.getsource(getattr(r6, name)), language="python"))
 
@@ -209,9 +221,9 @@ display(Markdown(
 
 # %% [markdown]
 # One `m16n8k8` is 1,024 multiply-adds: with 3xTF32 a chunk costs 3 x 1,024 x tiles of tensor work in place of
-# r3's FMAs, each tile step also loading 6 operand registers per lane from shared memory (and, for 3xTF32,
-# splitting them: 12 conversions and 6 subtractions). Whether the tensor cores' rate survives those loads is what
-# the H200 will say.
+# r3's FMAs. Each tile step also loads its operands from shared memory and splits them (2 instructions per
+# element); with SG tiles side by side, P2's A fragment (4 loads, 8 split instructions) serves SG tiles. The first
+# version on the H200 was slower than r3: not the tensor cores, but the instructions around them (section 8).
 #
 # ## 7. On the H200
 
@@ -230,11 +242,17 @@ else:
 # %% [markdown]
 # ## 8. What limits this rung, and what would come next
 #
-# * **Operand loads.** Every tile step loads its A and B fragments from shared memory with 32-bit loads (6 per
-#   lane per step), and 3xTF32 adds the split. `ldmatrix` (which loads whole 8 × 8 fragments per instruction)
-#   serves 16-bit types; for TF32 the usual remedy is to keep fragments in registers across tiles (a warp's four
-#   S tiles share P2's A fragment) and to lay shared memory out so each fragment is one 64- or 128-bit load.
-# * **Registers.** ptxas reports the state kernel at the 128-register cap of a 512-thread block with some bytes
+# * **How it got here.** The first H200 run (`figures/data/probes/h200_r6_2fb682a.json`) had r6 slower than r3;
+#   its SASS (`nvdisasm` on the cubin ptxas builds through nvJitLink, no GPU needed) showed 2,495 IMAD and 1,003
+#   ISETP against 45 HMMA. The fixes, in the order they were found: `vec.ld1` for shared loads, tiles side by side,
+#   the bit-mask split, fresh P2 accumulators (accuracy), U'' loaded early, and the fixed-map stagers. The module
+#   docstring lists the per-kernel times after each step.
+# * **Still one block per (head, value tile) walking the chunks.** The state kernel is 128 blocks of 16 warps at the
+#   standard shape; ncu (`figures/data/probes/h200_ncu_r6_1391814.csv`) shows the warps mostly waiting on fixed
+#   latencies (the chain of three dependent `mma` per tile in 3xTF32) and barriers, with the tensor pipe far
+#   from busy. fla splits the pass: a light sequential kernel that only carries the state and stores it per
+#   chunk, and a fully parallel kernel for the outputs.
+# * **Registers.** ptxas reports the state kernel at the 128-register cap of a 512-thread block with few or no bytes
 #   spilled (`python -m linattn_numba.compile_check --assemble tensor_cores` prints them per variant).
 # * **The intra kernel** is still r3's FMA code: for the delta rule it is half of r3's time, and its products
 #   (`Q Kᵀ`, `K Kᵀ`, the block inverse, W, U, Q', U'') are the next candidates for the tensor cores.
@@ -244,7 +262,8 @@ else:
 # ## Exercises
 #
 # 1. From `mma.fragment_a` and `mma.fragment_c`, show that P2's four tiles of one warp (same rows, four column
-#    groups) could share one A fragment per step. How many shared-memory loads per lane and step would that save?
+#    groups) share one A fragment per step (`_tiling`'s SG). How many shared-memory loads and split instructions
+#    per lane and step does that save against loading A for every tile?
 # 2. Change `mma_3xtf32` to drop the `Ab Bs` term (2xTF32, "big·big + small·big"). Predict its error on the tile of
 #    section 3 and check.
 # 3. The P1 loop stops at `8 ceil(K / 8)`. Why is that correct, and how much work does it save at K = 20?

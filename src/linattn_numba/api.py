@@ -215,13 +215,13 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
 # the tokens (a block per SM, all blocks in one wave at the standard shape): the call's time / T. The scan's cost
 # is per token-head when its segments fill the GPU: the call's time / (B H T).
 SEQ_US_PER_TOKEN = {"recurrent": (0.43, 0.50), "shared": (0.35, 0.70),  # 3.48 / 4.06 ms, 2.90 / 5.71 ms over 8192
-                    "tensor_cores": (0.305, 0.64)}  # 2.50 / 5.23 ms (figures/data/probes/h200_tune_r6_a24d276.json)
+                    "tensor_cores": (0.261, 0.529)}  # 2.14 / 4.33 ms (figures/data/h200_r6_0374507.json)
 SCAN_NS_PER_TOKEN_HEAD = (8.7, 35.6)  # 18.2 ms over 2 x 1,048,576 (decay); 18.7 ms over 2 x 262,144 (gated delta)
 SCAN_MARGIN = 0.8  # the scan must be estimated at least this much faster (the model has two points per family)
 
 
 def estimate_ms(name: str, B: int, T: int, H: int, K: int, V: int, delta: bool) -> float | None:
-    """Rough time of rung ``name`` ("recurrent", "shared", "tensor_cores" or "scan") from the measured per-token costs above,
+    """Rough time of rung ``name`` ("recurrent", "shared", "tensor_cores" or "scan") from the per-token costs above,
     scaled by K V / 128^2; None for other rungs. The sequential rungs run ``B H ceil(V / 64)`` blocks (one per
     SM, as at the standard shape), so their time is waves x T x the per-token cost; the scan's is
     B H T x its per-token-head cost, but never below the engine's time split over its segment count."""

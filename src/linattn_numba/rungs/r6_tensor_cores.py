@@ -37,8 +37,9 @@ than r3; SASS read with nvdisasm, ncu in ``probes/h200_ncu_r6_2fb682a.csv``): th
 * staging by fixed-map stagers (:func:`_rows_stager`) instead of r3's general loops;
 * the additive output's U'' loaded before the ``mma`` steps that it is added to.
 
-The state kernel went from 3.83 to 1.75 ms (decay) before the stagers (``probes/h200_tune_r6_a24d276.json``,
-ncu in ``figures/data/h200_ncu_r6_*.csv``); the bench JSON in ``figures/data`` has the whole rung.
+Per kernel for decay (``figures/data/probes``): the state kernel went from 3.83 ms (first run) to 1.75 ms
+(``h200_tune_r6_a24d276.json``, before the stagers) and 1.38 ms (``h200_tune_r6_0374507.json``); the intra
+kernel (r3's) is 0.75 ms of the rest. The bench JSON in ``figures/data`` has the whole rung.
 
 The intra kernel (gates, scores, the WY solve, Q' and U'') is r3's, launched by r3's code with r3's scratch; only
 the state kernel is new, so ``diff`` against r3's ``_state_kernel`` shows the lesson.
