@@ -308,7 +308,12 @@ for label in local:
 def test_module_contract():
     assert r4.NAME == "scan"
     assert r4.MAX_K == 256 and r4.MAX_V is None
-    assert r4.ENGINES == ("shared", "chunked")
+    assert r4.ENGINES == ("shared", "chunked", "tensor_cores")
+    assert r4.DEFAULT_ENGINES == ("shared", "chunked") and r4.ENGINE is None
+    assert r4.engine_module(128, 128, 64).NAME == "shared"  # r6 only when asked for
+    assert r4.engine_module(128, 128, 64, "tensor_cores").NAME == "tensor_cores"
+    with pytest.raises(ValueError, match="engine must be one of"):
+        r4.engine_module(128, 128, 64, "recurrent")
     labels = [label for label, _, _ in r4.compile_targets()]
     # 2 vaug + 2 init + segsum + 2 tree_add + tree_delta + 4 (h0, ht) x (2 chain_add + 2 finish_add + chain_delta
     # + finish_delta)

@@ -9,7 +9,8 @@ What changed and why
     associatively. r4 therefore splits the sequence into NS segments of L tokens, computes every segment's
     map in parallel, combines the maps in a scan, and runs every segment again from its true start state.
     Phases 1 and 3 are the "engine" rung's own ``forward`` on segment views (rung ``shared`` when it is
-    registered, else ``chunked``; :data:`ENGINES`): r4 adds only the scan's kernels and the bookkeeping.
+    registered, else ``chunked``, or ``tensor_cores`` when asked for; :data:`ENGINES`): r4 adds only the scan's
+    kernels and the bookkeeping.
 
 The three phases::
 
@@ -145,7 +146,12 @@ MAX_K = 256  # the chain kernel's shared [K, 32] tile (32 KB) and 32 rows per th
 MAX_V = None  # V is tiled by every kernel
 CHUNK_SIZES = (16, 32, 64, 128)  # passed through to the engine
 
-ENGINES = ("shared", "chunked")  # the engine is the first of these that is registered (and fits K, V, C)
+ENGINES = ("shared", "chunked", "tensor_cores")  # the rungs r4 can run its phases 1 and 3 with
+# the default engine: the first of these that is registered and fits K, V, C. r6 ``tensor_cores`` is an engine only
+# when asked for (``engine=`` or ENGINE): it is faster than r3 at the standard shape, but r4's cost model and its
+# long-context timings were measured with r2 and r3 (tools/h200.sh long_engines times r4 with each engine)
+DEFAULT_ENGINES = ("shared", "chunked")
+ENGINE = None  # an override of the default engine (a name from ENGINES), like NUM_SEGMENTS and SCAN below
 
 # Overrides of the cost model, for tests and experiments: None lets the model choose.
 NUM_SEGMENTS = None
@@ -565,12 +571,14 @@ def _run_segments(fn, B, T, seg_len, token_arrays, seg_arrays):
 # the engine and the cost model
 # ----------------------------------------------------------------------------------------------------------
 def engine_module(K, V, chunk_size, name=None):
-    """The engine rung: ``name``, or the first of :data:`ENGINES` that is registered and supports K, V, C."""
+    """The engine rung: ``name`` (else :data:`ENGINE`), or the first of :data:`DEFAULT_ENGINES` that is registered
+    and supports K, V, C."""
     from . import RUNGS, module
 
+    name = ENGINE if name is None else name
     if name is not None and name not in ENGINES:
         raise ValueError(f"rung {NAME!r}: engine must be one of {ENGINES}, got {name!r}")
-    candidates = (name,) if name is not None else ENGINES
+    candidates = (name,) if name is not None else DEFAULT_ENGINES
     for cand in candidates:
         if cand not in RUNGS or cand == NAME:
             continue
@@ -693,8 +701,8 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
     """Launch the three phases of the module docstring (the rung contract: :mod:`linattn_numba.rungs`).
 
     Keyword extensions: ``num_segments`` (default :data:`NUM_SEGMENTS`, else :func:`choose_num_segments`),
-    ``scan`` ("tree" / "chain"; default :data:`SCAN`, else :func:`choose_scan`), ``engine`` (a rung name;
-    default the first registered of :data:`ENGINES`). ``o=None`` computes only ``ht`` (phase 3 is skipped).
+    ``scan`` ("tree" / "chain"; default :data:`SCAN`, else :func:`choose_scan`), ``engine`` (a rung name from
+    :data:`ENGINES`; default :data:`ENGINE`, else the first registered of :data:`DEFAULT_ENGINES` that fits). ``o=None`` computes only ``ht`` (phase 3 is skipped).
     With one segment this is the engine's ``forward``. ``h0`` and ``ht`` may be the same array.
     """
     B, T, H, K = q.shape

@@ -1,0 +1,101 @@
+"""H200 probe: rung r4 ``scan`` with each of its engines (r3 ``shared``, r6 ``tensor_cores``) at the long-context
+shapes of issue 4, beside fla's chunk kernel, every r4 run checked against the float64 oracle on two heads first.
+
+    python3 tools/r4_engine_probe.py [--shape B,T,H,K,V:recurrence ...] [--engines shared,tensor_cores]
+                                     [--no-peers] [--out r4_engines.json]
+
+Default shapes: decay at B1 T1048576 H2 K=V=128 and gated delta at B1 T262144 H2 K=V=128. The segment count is
+r4's own choice (its cost model, measured with r2 / r3 as the engine); the JSON records it. Writes the JSON after
+every record (a run cut short keeps what it measured); it is a probe file (figures/data/probes/), not a bench
+file: ``linattn-numba figures`` draws r4 from the bench's ``scan`` records, which use the default engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+DEFAULT_SHAPES = ("1,1048576,2,128,128:decay", "1,262144,2,128,128:gated_delta")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", action="append", help="B,T,H,K,V:recurrence (repeatable)")
+    ap.add_argument("--engines", default="shared,tensor_cores")
+    ap.add_argument("--no-peers", action="store_true", help="skip fla")
+    ap.add_argument("--out", default="r4_engines.json")
+    args = ap.parse_args(argv)
+
+    from numba import cuda
+
+    from linattn_numba import bench, peers
+    from linattn_numba.rungs import r4_scan as r4
+    from linattn_numba.testing import make_inputs
+
+    engines = args.engines.split(",")
+    for e in engines:
+        if e not in r4.ENGINES:
+            ap.error(f"engine {e!r} is not one of {r4.ENGINES}")
+    timer = bench.Timer()
+    result = {"device": bench.device_info(), "versions": bench.versions(), "git": bench.git_sha(),
+              "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "records": []}
+
+    def log(rec):
+        result["records"].append(rec)
+        print(json.dumps(rec), flush=True)
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+    for spec in args.shape or DEFAULT_SHAPES:
+        dims, rec = spec.split(":")
+        B, T, H, K, V = (int(x) for x in dims.split(","))
+        inp = make_inputs(B, T, H, K, V, rec, seed=0)
+        d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+        fargs = (d["q"], d["k"], d["v"], d["g"], d["beta"])
+        host_args = (inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], None)
+        o = cuda.device_array((B, T, H, V), np.float32)
+        ht = cuda.device_array((B, H, K, V), np.float32)
+        delta = rec in ("delta", "gated_delta")
+        ns = r4.choose_num_segments(B, T, H, K, V, 64, delta)
+        tag = {"recurrence": rec, "shape": dict(B=B, T=T, H=H, K=K, V=V), "num_segments": ns,
+               "tokens": B * T * H}
+        flops = bench.counted_flops(rec, B, T, H, K, V)
+        for eng in engines:
+            row = {"key": f"scan[{eng}]", "engine": eng, **tag}
+            try:
+                def fn(eng=eng):
+                    r4.forward(*fargs, o, None, ht, K**-0.5, 64, engine=eng)
+
+                fn()
+                cuda.synchronize()
+                row["rel_err"] = bench.check_heads(o.copy_to_host(), ht.copy_to_host(), inp,
+                                                   [(0, 0), (B - 1, H - 1)], host_args)
+                if not row["rel_err"] <= 1e-4:
+                    raise AssertionError(f"relative error {row['rel_err']:.2e} against the oracle")
+                row.update(timer.time(fn))
+                row["tflops"] = flops / row["median_ms"] / 1e9
+                row["tokens_per_s"] = B * T * H / (row["median_ms"] / 1e3)
+            except Exception as e:  # noqa: BLE001 - record and go on to the next engine
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+            log(row)
+        if not args.no_peers:
+            for name, pfn in peers.fla_peers(rec).items():
+                if "chunk" not in name:
+                    continue  # fused_recurrent walks every token; its long-T autotune costs minutes
+                row = {"key": name, **tag}
+                try:
+                    row.update(timer.time(lambda pfn=pfn: pfn(*fargs, None, True)))
+                    row["tflops"] = flops / row["median_ms"] / 1e9
+                except Exception as e:  # noqa: BLE001
+                    row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+                log(row)
+        del d, o, ht, fargs
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
