@@ -19,8 +19,8 @@
 # 1. explain why the chunked rungs leave most of the GPU idle when there are few (batch × head) pairs and a long
 #    sequence, and why more chunks do not help;
 # 2. write a segment of the recurrence as an **affine map of its start state**, `S ↦ M S + S_loc`, compute `M`
-#    with a rung below (the *engine*: r3 `shared` by default, run on values `[v | 0]` from the start state
-#    `[0 | I]`), and compose maps associatively;
+#    with a rung below (the *engine*: r3 `shared` by default, r6 `tensor_cores` when asked for, run on values
+#    `[v | 0]` from the start state `[0 | I]`), and compose maps associatively;
 # 3. read the two ways r4 combines the segments' maps -- a sequential **chain** and a **Kogge-Stone tree** scan --
 #    and the cost model that chooses the number of segments and the scan;
 # 4. count what the extra parallelism costs in work, and read the H200 measurements of r4 against its engine.
@@ -53,7 +53,8 @@ from linattn_numba.rungs import r4_scan as r4  # noqa: E402
 from linattn_numba.testing import TOL_FP32, make_inputs, rel_err  # noqa: E402
 
 print("running on", "Numba's CUDA simulator (CPU)" if la.sim.active() else "a CUDA GPU")
-print("rung", r4.NAME, "| engines, in order of preference", r4.ENGINES, "| scans", r4.SCAN_KINDS)
+print("rung", r4.NAME, "| engines", r4.ENGINES, "| default, in order of preference", r4.DEFAULT_ENGINES,
+      "| scans", r4.SCAN_KINDS)
 print("default engine at K = V = 128, chunk 64:", r4.engine_module(128, 128, 64).NAME,
       "| at chunk 128 (not one of r3's sizes):", r4.engine_module(128, 128, 128).NAME)
 
@@ -71,7 +72,9 @@ def show_doc(text):
 
 def engine_walkers(eng, B, H, K, V, C):
     """(walkers, BV): the sequential walkers of an engine's state pass, one block per head and value tile."""
-    if hasattr(eng, "value_tile"):  # r3 shared: BV from its BV_TABLE
+    if eng.NAME == "tensor_cores":  # r6: one BV for every shape (BV_DEFAULT, at most V rounded up to 8)
+        bv = eng.value_tile(V)
+    elif hasattr(eng, "value_tile"):  # r3 shared: BV from its BV_TABLE
         bv = eng.value_tile(C, eng.padded_k(K), V)
     else:  # r2 chunked: a fixed BV
         bv = eng.BV
@@ -90,7 +93,7 @@ for name in r4.ENGINES:
     eng = r4.engine_module(128, 128, 64, name)
     for shape in ((4, 8192, 16, 128, 128), (1, 262144, 2, 128, 128)):
         n, bv = engine_walkers(eng, shape[0], shape[2], shape[3], shape[4], 64)
-        print(f"{name:8s} (BV = {bv}) at {figures.shape_str(shape)}: {n} walkers for {r4.DEFAULT_SMS} SMs, "
+        print(f"{name:12s} (BV = {bv}) at {figures.shape_str(shape)}: {n} walkers for {r4.DEFAULT_SMS} SMs, "
               f"each {-(-shape[1] // 64)} chunks of 64 tokens long")
 
 # %% [markdown]

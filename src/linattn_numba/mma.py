@@ -39,8 +39,8 @@ from __future__ import annotations
 import numpy as np
 from numba import config, cuda, types
 
-__all__ = ["mma_tf32", "to_tf32", "split_tf32", "mma_3xtf32", "mma_3xtf32_split", "fragment_a", "fragment_b", "fragment_c", "tf32_round_np",
-           "tf32_truncate_np"]
+__all__ = ["mma_tf32", "to_tf32", "split_tf32", "mma_3xtf32", "mma_3xtf32_split", "fragment_a", "fragment_b",
+           "fragment_c", "tf32_round_np", "tf32_truncate_np"]
 
 FULL_MASK = 0xFFFFFFFF
 

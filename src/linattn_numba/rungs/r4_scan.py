@@ -702,8 +702,9 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
 
     Keyword extensions: ``num_segments`` (default :data:`NUM_SEGMENTS`, else :func:`choose_num_segments`),
     ``scan`` ("tree" / "chain"; default :data:`SCAN`, else :func:`choose_scan`), ``engine`` (a rung name from
-    :data:`ENGINES`; default :data:`ENGINE`, else the first registered of :data:`DEFAULT_ENGINES` that fits). ``o=None`` computes only ``ht`` (phase 3 is skipped).
-    With one segment this is the engine's ``forward``. ``h0`` and ``ht`` may be the same array.
+    :data:`ENGINES`; default :data:`ENGINE`, else the first registered of :data:`DEFAULT_ENGINES` that fits).
+    ``o=None`` computes only ``ht`` (phase 3 is skipped). With one segment this is the engine's ``forward``.
+    ``h0`` and ``ht`` may be the same array.
     """
     B, T, H, K = q.shape
     V = v.shape[3]

@@ -364,14 +364,14 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
                         pre[4 * e + 1] = _p1_u2(u2, row, col + 1, delta, out, C, n, bh, t0, v0, V)
                         pre[4 * e + 2] = _p1_u2(u2, row + 8, col, delta, out, C, n, bh, t0, v0, V)
                         pre[4 * e + 3] = _p1_u2(u2, row + 8, col + 1, delta, out, C, n, bh, t0, v0, V)
-                    _p1_element(sm, o, pre[4 * e], acc[4 * e], row, col, delta, out, has_g, O_V, VS, O_F, O_GM, C, n, b,
-                                h, bh, t0, v0, V, scale)
-                    _p1_element(sm, o, pre[4 * e + 1], acc[4 * e + 1], row, col + 1, delta, out, has_g, O_V, VS, O_F, O_GM, C,
-                                n, b, h, bh, t0, v0, V, scale)
-                    _p1_element(sm, o, pre[4 * e + 2], acc[4 * e + 2], row + 8, col, delta, out, has_g, O_V, VS, O_F, O_GM, C,
-                                n, b, h, bh, t0, v0, V, scale)
-                    _p1_element(sm, o, pre[4 * e + 3], acc[4 * e + 3], row + 8, col + 1, delta, out, has_g, O_V, VS, O_F, O_GM,
+                    _p1_element(sm, o, pre[4 * e], acc[4 * e], row, col, delta, out, has_g, O_V, VS, O_F, O_GM,
                                 C, n, b, h, bh, t0, v0, V, scale)
+                    _p1_element(sm, o, pre[4 * e + 1], acc[4 * e + 1], row, col + 1, delta, out, has_g, O_V, VS,
+                                O_F, O_GM, C, n, b, h, bh, t0, v0, V, scale)
+                    _p1_element(sm, o, pre[4 * e + 2], acc[4 * e + 2], row + 8, col, delta, out, has_g, O_V, VS,
+                                O_F, O_GM, C, n, b, h, bh, t0, v0, V, scale)
+                    _p1_element(sm, o, pre[4 * e + 3], acc[4 * e + 3], row + 8, col + 1, delta, out, has_g, O_V,
+                                VS, O_F, O_GM, C, n, b, h, bh, t0, v0, V, scale)
             if delta and out:
                 cuda.syncthreads()  # W and Q' are consumed: K takes their place
                 if FAST:
