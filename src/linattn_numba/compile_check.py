@@ -70,15 +70,11 @@ def main(argv=None) -> int:
     return 1 if failures else 0
 
 
-def assemble(ptx: str, arch: str = "sm_90") -> str:
-    """ptxas (through nvJitLink) on ``ptx``: raises with ptxas's log when it fails; returns "N registers, S bytes
-    spilled" of the (last) kernel in it, or "" when nvJitLink is not installed."""
-    import re
+def link(ptx: str, arch: str = "sm_90") -> tuple[bytes, str]:
+    """ptxas (through nvJitLink) on ``ptx``: ``(cubin, ptxas's verbose log)``; raises with ptxas's error log when
+    it fails, and ImportError when nvJitLink (``cuda.bindings``, part of ``numba-cuda[cu13]``) is missing."""
+    from cuda.bindings import nvjitlink
 
-    try:
-        from cuda.bindings import nvjitlink
-    except ImportError:
-        return ""
     h = nvjitlink.create(2, [f"-arch={arch}", "-verbose"])
     try:
         data = ptx.encode()
@@ -95,13 +91,26 @@ def assemble(ptx: str, arch: str = "sm_90") -> str:
         log = bytearray(size)
         if size:
             nvjitlink.get_info_log(h, log)
+        size = nvjitlink.get_linked_cubin_size(h)
+        cubin = bytearray(size)
+        nvjitlink.get_linked_cubin(h, cubin)
     finally:
         nvjitlink.destroy(h)
-    text = log.decode(errors="replace")
+    return bytes(cubin), log.decode(errors="replace")
+
+
+def assemble(ptx: str, arch: str = "sm_90") -> str:
+    """ptxas (through nvJitLink) on ``ptx``: raises with ptxas's log when it fails; returns "N registers, S bytes
+    spilled" of the (last) kernel in it, or "" when nvJitLink is not installed."""
+    import re
+
+    try:
+        _, text = link(ptx, arch)
+    except ImportError:
+        return ""
     regs = re.findall(r"Used (\d+) registers", text)
     spill = re.findall(r"(\d+) bytes spill stores", text)
     return f"{regs[-1]} registers, {spill[-1] if spill else 0} bytes spilled" if regs else ""
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -26,7 +26,7 @@ the tensor core's float32 accumulation truncates, harmless over one chunk but, w
 a relative error of 5.5e-5 on plain attention at T = 8192 (first H200 run, ``probes/h200_r6_2fb682a.json``).
 
 What made it fast (the first H200 run had r6 at 4.3 / 4.5 / 5.9 ms for plain / decay / gated delta, slower
-than r3; SASS read with nvdisasm, ncu in ``probes/h200_ncu_r6_2fb682a.csv``): the instructions around the
+than r3; SASS read with ``tools/sass.py``, ncu in ``probes/h200_ncu_r6_2fb682a.csv``): the instructions around the
 ``HMMA``, not the tensor cores, were the cost --
 
 * shared loads by :func:`linattn_numba.vec.ld1`: Numba's ``a[i]`` with a signed index also handles negative

@@ -1,0 +1,116 @@
+"""Read a kernel's SASS without a GPU: compile one variant of a rung for sm_90, assemble it with ptxas (nvJitLink),
+disassemble the cubin with ``nvdisasm`` and count the instructions by opcode.
+
+    python3 tools/sass.py tensor_cores "state[decay,float32,o=1,h0=0,ht=0" [--threads 512] [--top 20]
+                          [--out state.sass] [--around HMMA]
+
+The first argument is a rung name (or "api", "mma"); the second a piece of a label from that rung's
+``compile_targets()`` (``python -m linattn_numba.compile_check NAME`` lists them); the first matching variant is
+used. ``--threads`` gives the launch bounds (the block size the rung launches with: ptxas then allocates registers
+as on the device). ``--around OPCODE`` prints the loop bodies that hold that opcode, to read the instructions
+around the tensor-core ones.
+
+This is how r6's first version was diagnosed (its module docstring): 2,495 IMAD and 1,003 ISETP against 45 HMMA,
+the index arithmetic of Numba's ``a[i]`` with signed indices. ``nvdisasm`` is not a dependency; it comes with the
+CUDA toolkit or ``pip install nvidia-cuda-nvdisasm`` (the script looks on PATH and in that package).
+Run with the simulator off (the script turns it off for itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+os.environ["NUMBA_ENABLE_CUDASIM"] = "0"  # before numba is imported: compiling needs the real target
+
+_OPCODE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)(?:\.[A-Z0-9_.]+)?")
+_LABEL = re.compile(r"^\.L_x_\d+:")
+
+
+def opcode_counts(sass: str) -> collections.Counter:
+    """Opcode (without its modifiers: ``HMMA.1688.F32.TF32`` counts as ``HMMA``) -> number of instructions in
+    ``nvdisasm -c`` output. Predicated instructions (``@P0 ...``) count under their opcode."""
+    return collections.Counter(m.group(1) for m in map(_OPCODE.search, sass.splitlines()) if m)
+
+
+def blocks_with(sass: str, opcode: str) -> list[str]:
+    """The basic blocks (from one ``.L_x_N:`` label to the next) that contain ``opcode``."""
+    blocks, cur = [], []
+    for line in sass.splitlines():
+        if _LABEL.match(line.strip()) and cur:
+            blocks.append("\n".join(cur))
+            cur = []
+        cur.append(line)
+    blocks.append("\n".join(cur))
+    return [b for b in blocks if re.search(rf"\b{re.escape(opcode)}\b", b)]
+
+
+def find_nvdisasm() -> str | None:
+    exe = shutil.which("nvdisasm")
+    if exe:
+        return exe
+    site = sysconfig.get_paths()["purelib"]
+    for cand in sorted(glob.glob(os.path.join(site, "nvidia", "*", "bin", "nvdisasm"))):
+        if not os.access(cand, os.X_OK):
+            os.chmod(cand, 0o755)  # pip unpacks the wheel's binary without its execute bit
+        return cand
+    return None
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("rung")
+    ap.add_argument("variant", help="a piece of a compile_targets() label")
+    ap.add_argument("--threads", type=int, default=512, help="launch bounds: threads per block")
+    ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--out", help="write the whole SASS here")
+    ap.add_argument("--around", help="print the loop bodies that hold this opcode (e.g. HMMA)")
+    args = ap.parse_args(argv)
+
+    nvdisasm = find_nvdisasm()
+    if nvdisasm is None:
+        print("nvdisasm not found: install the CUDA toolkit or `pip install nvidia-cuda-nvdisasm`", file=sys.stderr)
+        return 2
+    from numba import cuda
+
+    from linattn_numba import api, compile_check, mma, rungs
+
+    mod = {"api": api, "mma": mma}.get(args.rung) or rungs.module(args.rung)
+    targets = [t for t in mod.compile_targets() if args.variant in t[0]]
+    if not targets:
+        labels = "\n  ".join(t[0] for t in mod.compile_targets())
+        print(f"no variant of {args.rung!r} matches {args.variant!r}; the labels are:\n  {labels}", file=sys.stderr)
+        return 2
+    label, fn, argtypes = targets[0]
+    ptx, _ = cuda.compile_ptx(fn, argtypes, cc=(9, 0), launch_bounds=(args.threads, 1))
+    cubin, log = compile_check.link(ptx)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        sass = subprocess.run([nvdisasm, "-c", f.name], capture_output=True, text=True, check=True).stdout
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(sass)
+    counts = opcode_counts(sass)
+    regs = re.findall(r"Used (\d+) registers", log)
+    spill = re.findall(r"(\d+) bytes spill stores", log)
+    print(f"{label}: {sum(counts.values())} instructions, {regs[-1] if regs else '?'} registers, "
+          f"{spill[-1] if spill else 0} bytes spilled (launch bounds {args.threads})")
+    for op, n in counts.most_common(args.top):
+        print(f"  {op:10s} {n:6d}")
+    if args.around:
+        for blk in blocks_with(sass, args.around):
+            print("\n" + blk)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
