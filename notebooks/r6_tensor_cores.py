@@ -254,8 +254,11 @@ else:
 #   chunk, and a fully parallel kernel for the outputs.
 # * **Registers.** ptxas reports the state kernel at the 128-register cap of a 512-thread block with few or no bytes
 #   spilled (`python -m linattn_numba.compile_check --assemble tensor_cores` prints them per variant).
-# * **The intra kernel** is still r3's FMA code: for the delta rule it is half of r3's time, and its products
-#   (`Q Kᵀ`, `K Kᵀ`, the block inverse, W, U, Q', U'') are the next candidates for the tensor cores.
+# * **The intra kernel** is still r3's FMA code by default: for the delta rule it is half of r3's time, and its
+#   products (`Q Kᵀ`, `K Kᵀ`, the block inverse, W, U, Q', U'') are the next candidates for the tensor cores. For
+#   the additive family a tensor-core version exists as an option (`intra="tensor_cores"`,
+#   `_intra_add_kernel`: `Q Kᵀ` tiles above the diagonal skipped, `P V` stopped at it), checked against the
+#   oracle but not yet timed: the default stays r3's until the H200 says otherwise.
 # * **Hopper's own instructions** (`wgmma`: warp-group products with operands straight from shared memory, the
 #   TMA copy engine) are the step after `mma.sync`; Numba reaches them only through inline PTX as well.
 #

@@ -173,9 +173,11 @@ def test_module_contract():
     assert r6.MAX_K == 128 and r6.MAX_V is None
     assert r6.CHUNK_SIZES == r3.CHUNK_SIZES and r6.DEFAULT_CHUNK in r6.CHUNK_SIZES
     labels = [label for label, _, _ in r6.compile_targets()]
-    # per recurrence: float32 x (4 with o, 2 without), float16 x 2 (h0 and ht, with and without o), TF32 x 1
-    assert len(labels) == len(set(labels)) == 4 * (6 + 2 + 1)
-    assert all(label.startswith("state[") for label in labels)
+    # per recurrence: float32 x (4 with o, 2 without), float16 x 2 (h0 and ht, with and without o), TF32 x 1;
+    # and the tensor-core intra kernel of the two additive recurrences
+    assert len(labels) == len(set(labels)) == 4 * (6 + 2 + 1) + 2
+    assert all(label.startswith(("state[", "intra_tc[")) for label in labels)
+    assert r6.INTRAS == ("r3", "tensor_cores") and r6.INTRA == "r3"  # the measured default
 
 
 _COMPILE_SCRIPT = """
@@ -213,3 +215,33 @@ def test_state_kernels_compile_for_sm90():
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
     assert "compiled 3/3" in out and "FAILED" not in out, out[-4000:]
+
+
+# (T, chunk, K, V): one chunk, a short last chunk, C = 64 with K != V and V past one value pass (VB = 64)
+TC_INTRA = [(1, 16, 16, 8), (37, 16, 20, 12), (45, 32, 8, 20), (70, 64, 24, 68)]
+
+
+@pytest.mark.parametrize("recurrence", ["plain", "decay"])
+@pytest.mark.parametrize("T,chunk,K,V", TC_INTRA, ids=lambda x: str(x))
+def test_tensor_core_intra_matches_recurrent(recurrence, T, chunk, K, V):
+    """intra="tensor_cores": the additive intra kernel on the tensor cores (scores tiles above the diagonal
+    skipped, P V's steps stopped at it, V in passes of 64 columns) against the float64 recurrence; it is the one
+    that runs (intra_tc_fits), and its outputs are r3-intra's within float32 error."""
+    inp = make(1, T, 1, K, V, recurrence, seed=T + K + V)
+    assert r6.intra_tc_fits(K, V, chunk, False, True, True)
+    check(inp, chunk, intra="tensor_cores")
+    o_tc, h_tc = run(inp, chunk, intra="tensor_cores")
+    o_r3, h_r3 = run(inp, chunk)
+    assert rel_err(o_tc, o_r3) <= TOL_FP32 and rel_err(h_tc, h_r3) <= TOL_FP32
+
+
+def test_tensor_core_intra_falls_back_and_checks_its_name():
+    """The delta family, state-only runs and float16 inputs keep r3's intra kernel (still correct with the
+    option set); an unknown intra name is refused."""
+    assert not r6.intra_tc_fits(16, 8, 16, True, True, True)  # delta
+    assert not r6.intra_tc_fits(16, 8, 16, False, False, True)  # state only
+    assert not r6.intra_tc_fits(16, 8, 16, False, True, False)  # float16 / unaligned
+    check(make(1, 20, 1, 16, 8, "gated_delta", seed=21), 16, intra="tensor_cores")
+    check(make(1, 20, 1, 16, 8, "decay", seed=22, dtype=np.float16), 16, intra="tensor_cores", tol=TOL_FP32)
+    with pytest.raises(ValueError, match="intra must be one of"):
+        run(make(1, 4, 1, 8, 8, "plain", seed=23), 16, intra="wmma")

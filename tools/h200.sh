@@ -10,13 +10,14 @@
 #     step      the decode step alone, after a sweep of its launch choices (bench --only-step --tune step)
 #     long_scaling  B1 H2 K=V=128 at shorter T (decay 64K, 256K; gated delta 64K) for the long-context curve
 #     sweep     time against T at B1 H16 K=V=128 (decay): r3, r4, fla chunk, SDPA
+#     r6_intra  r6 with r3's intra kernel and with the tensor-core one (additive), per kernel (tools/tune_r3.py)
 #     long_engines  r4 at the two long-context shapes with each engine (r3 shared, r6 tensor_cores) and fla chunk
 #               (tools/r4_engine_probe.py; a probe file for figures/data/probes/)
 #     sanitize  compute-sanitizer memcheck, racecheck, synccheck on r2-r5 at a mid-size shape
 #               (SANITIZE_RUNGS overrides the rungs, SANITIZE_TIMEOUT the seconds per tool)
 #     ncu       Nsight Compute sections of r1, r3, r5 at the standard shape (CSV for linattn_numba.ncu)
 #   all = tests,bench (the old default); evidence = tests,bench,long; evidence2 = sweep,sanitize,ncu;
-#   next = long_engines,sanitize_r6,sanitize_rest,ncu (sanitize_rest: r4 delta / gated delta under the three tools;
+#   next = r6_intra,long_engines,sanitize_r6,sanitize_rest,ncu (sanitize_rest: r4 delta / gated delta under the three tools;
 #   sanitize_r6: r6 tensor_cores under the three tools)
 # Outputs go to $OUT (the device tool's folder): bench JSON named for figures/data, logs, the ncu CSV.
 set -u
@@ -28,7 +29,7 @@ case "$modes" in
   evidence2) modes=sweep,sanitize,ncu;;
   # what the 2026-11-30 sessions could not fit: r4 with r6 as its engine at long context, r6 and r4 (delta family)
   # under the sanitizers, Nsight Compute of r1, r3, r5 (then long_scaling, and sweep for r4 in the T sweep)
-  next) modes=long_engines,sanitize_r6,sanitize_rest,ncu;;
+  next) modes=r6_intra,long_engines,sanitize_r6,sanitize_rest,ncu;;
 esac
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 sha=$(echo "${LINATTN_GIT_SHA:-nogit}" | cut -c1-7)
@@ -72,6 +73,11 @@ for m in ${modes//,/ }; do
           python3 tools/sanitize.py --rungs "${SANITIZE_RUNGS:-chunked,shared,scan,warp_roles}" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
         echo "exit status ${PIPESTATUS[0]}"
       done 2>&1 | tee "$out/h200_sanitize.txt";;
+    r6_intra)
+      timeout 200 python3 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra r3,tensor_cores \
+        --recurrences plain,decay --out "$out/h200_tune_r6_intra_$sha.json" 2>&1 \
+        | grep -v "NumbaPerformanceWarning\|warn(errors" | tee "$out/r6_intra.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     long_engines)
       timeout 400 python3 tools/r4_engine_probe.py --out "$out/h200_r4_engines_$sha.json" 2>&1 \
         | grep -v "NumbaPerformanceWarning\|warn(errors" | tee "$out/long_engines.log"

@@ -5,7 +5,8 @@ against the float64 oracle on two heads.
 Usage (on the H200; tools/h200.sh shows the environment it needs)::
 
     python3 tools/tune_r3.py [--shape B,T,H,K,V] [--recurrences plain,decay,...] [--chunks 32,64] [--bv 16,32,64]
-                             [--rung shared|tensor_cores] [--precision 3xtf32,tf32] [--out tune_r3.json]
+                             [--rung shared|tensor_cores] [--precision 3xtf32,tf32] [--intra r3,tensor_cores]
+                             [--out tune_r3.json]
 
 Writes one JSON file: the device, the shape, and per recurrence the records {chunk, bv, median_ms, tflops,
 rel_err} plus the per-kernel split of the fastest candidate. ``r3_shared.BV_TABLE`` and ``DEFAULT_CHUNK`` are
@@ -30,6 +31,7 @@ def main(argv=None) -> int:
     ap.add_argument("--bv", default="16,32,64")
     ap.add_argument("--rung", default="shared", choices=("shared", "tensor_cores"))
     ap.add_argument("--precision", default="3xtf32", help="r6's precisions to try (comma-separated)")
+    ap.add_argument("--intra", default="r3", help="r6's intra kernels to try (comma-separated: r3, tensor_cores)")
     ap.add_argument("--out", default="tune_r3.json")
     ap.add_argument("--no-check", action="store_true", help="skip the oracle check (faster)")
     args = ap.parse_args(argv)
@@ -44,6 +46,7 @@ def main(argv=None) -> int:
     timer = bench.Timer()
     mod = rungs.module(args.rung)
     precisions = args.precision.split(",") if args.rung == "tensor_cores" else [None]
+    intras = args.intra.split(",") if args.rung == "tensor_cores" else [None]
     result = {"device": bench.device_info(), "rung": args.rung, "shape": dict(B=B, T=T, H=H, K=K, V=V),
               "date": time.ctime(), "git": bench.git_sha(), "versions": bench.versions(), "recurrences": {}}
     for rec in args.recurrences.split(","):
@@ -55,11 +58,13 @@ def main(argv=None) -> int:
         flops = bench.counted_flops(rec, B, T, H, K, V)
         rows = []
         for C in (int(x) for x in args.chunks.split(",")):
-            for bv, prec in ((int(x), p) for x in args.bv.split(",") for p in precisions):
+            for bv, prec, intra in ((int(x), p, i) for x in args.bv.split(",") for p in precisions for i in intras):
                 row = {"chunk": C, "bv": bv}
                 kw = {"bv": bv}
                 if prec is not None:
                     row["precision"] = kw["precision"] = prec
+                if intra is not None:
+                    row["intra"] = kw["intra"] = intra
                 try:
                     todo = mod.launches(d["q"], d["k"], d["v"], d["g"], d["beta"], o, None, ht, K**-0.5, C, **kw)
 

@@ -57,6 +57,13 @@ BV = 64)::
         loops for float16 or unaligned inputs; gates and prefetch: r3's helpers (_chunk_gates, _prefetch_chunk);
         the P1 epilogue (V_new = (U - X) gamma_C / gamma_t in place, or o = scale (X gamma + U'')) per element
 
+Opt in, not yet timed: ``intra="tensor_cores"`` (:func:`_intra_add_kernel`) replaces r3's intra kernel for the
+additive family with the output (float32 inputs with aligned rows): its two products, ``Q Kᵀ`` and ``P V``, as
+3xTF32 tiles (score tiles wholly above the diagonal skipped, P V's steps stopped at it), 8 warps per chunk. At
+C = 64, K = 128: 96 registers, no spills, 101.5 KB of shared memory (two blocks per SM). r3's intra kernel is
+0.75 ms of r6's 2.14 ms for decay at the standard shape; ``tools/h200.sh r6_intra`` times the two side by side,
+and the default (:data:`INTRA`) changes only on that measurement.
+
 Shared memory: r3's layout, but the rows of S and V_new are padded by 8 floats instead of 4, so that the B
 fragments (lanes 4g + i read row k0 + i, column c0 + g) fall in 32 distinct banks; the row blocks keep r3's
 4-float padding, which serves P1's A fragments (row g, column i) the same way.
@@ -443,6 +450,186 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
 
 
 # ----------------------------------------------------------------------------------------------------------
+# the additive intra kernel on the tensor cores (opt in: intra="tensor_cores"; not yet timed on the H200)
+# ----------------------------------------------------------------------------------------------------------
+INTRAS = ("r3", "tensor_cores")
+INTRA = "r3"  # the default of forward(intra=...): r3's FMA kernel, the one measured on the H200
+INTRA_THREADS = 256  # 8 warps: 2 blocks of ~104 KB shared memory per SM at C = 64, K = 128
+INTRA_VB = 64  # value columns per pass of U'' = P V
+
+
+def _intra_tc_layout(C, KP):
+    """(KS, CS, VS, offsets of Q, K, P, the value tile, b, g, total floats) of :func:`_intra_add_kernel`. Row
+    paddings as in the state kernel: A fragments (row g, column i) and B fragments read as K rows (row g, column
+    i) conflict-free with rows of KP + 4 and C + 4 floats, B fragments read down a column (row i, column g) with
+    rows of VB + 8."""
+    KS, CS, VS = KP + 4, C + 4, INTRA_VB + 8
+    o_q = 0
+    o_k = o_q + C * KS
+    o_p = o_k + C * KS
+    o_v = o_p + C * CS
+    o_b = o_v + C * VS
+    o_g = o_b + C
+    return KS, CS, VS, o_q, o_k, o_p, o_v, o_b, o_g, o_g + C
+
+
+def intra_tc_fits(K, V, C, delta, out, vin) -> bool:
+    """Whether :func:`_intra_add_kernel` can replace r3's intra kernel: the additive family with the output
+    (state-only runs need only the gates), float32 inputs with aligned rows (its stagers' 128-bit loads)."""
+    KP = r3.padded_k(K)
+    return (not delta and out and vin and _stager_fits(KP, INTRA_THREADS) and _stager_fits(INTRA_VB, INTRA_THREADS)
+            and C % 16 == 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _intra_add_kernel(C, KP, has_g, three):
+    """The additive family's intra-chunk part, one chunk of one head per block, both products on the tensor
+    cores: scores ``Q Kᵀ`` as 16 x 8 tiles (tiles wholly above the diagonal skipped), gated and masked per
+    fragment element into ``P = tril(Q Kᵀ ⊙ Γ)`` in shared memory, then ``U'' = P V`` (k-steps stop at the
+    diagonal), VB value columns at a time. Writes what r3's intra kernel writes for this case: ``bcum`` (with
+    gates) and ``u2``."""
+    NTH = INTRA_THREADS
+    NW = NTH // 32
+    KS, CS, VS, O_Q, O_K, O_P, O_V, O_B, O_G, _ = _intra_tc_layout(C, KP)
+    RB = C // 16  # row blocks of the [C, C] scores and of the [C, VB] output
+    TCS = C // 8  # tile columns of the scores
+    GS = 4 if TCS % 4 == 0 else (2 if TCS % 2 == 0 else 1)  # score tiles a warp computes side by side
+    NGS = RB * TCS // GS
+    TCV = INTRA_VB // 8
+    GV = 4  # output tiles side by side (TCV = 8)
+    NGV = RB * TCV // GV
+    AS, AV = 4 * GS, 4 * GV
+    st_rows = _rows_stager(C, KP, NTH, False)
+    st_val = _rows_stager(C, INTRA_VB, NTH, False)
+
+    def intra(q, k, v, g, bcum, u2):
+        """Chunk x of head y: bcum[bh, t] = b_t (with gates) and u2[bh, t, :V] = U'' = tril(Q Kᵀ ⊙ Γ) V."""
+        T, H, K = q.shape[1], q.shape[2], q.shape[3]
+        V = v.shape[3]
+        kp_rt = 8 * ((K + 7) // 8)  # Q and K columns past K are zero
+        sm = cuda.shared.array(0, float32)
+        c = cuda.blockIdx.x
+        bh = cuda.blockIdx.y
+        b = bh // H
+        h = bh % H
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g8 = lane // 4
+        i4 = lane % 4
+        t0 = c * C
+        n = min(C, T - t0)
+        if has_g:
+            for t in range(tid, C, NTH):
+                sm[O_G + t] = float32(g[b, t0 + t, h]) if t < n else float32(0.0)
+        st_rows(sm, O_Q, KS, q, b, h, t0, n, K, 0, tid, False, 0)
+        st_rows(sm, O_K, KS, k, b, h, t0, n, K, 0, tid, False, 0)
+        cuda.syncthreads()  # Q, K rows and the gates staged
+        if has_g:
+            for t in range(tid, C, NTH):
+                acc = float32(0.0)
+                for s in range(min(t, n - 1) + 1):
+                    acc += sm[O_G + s]
+                sm[O_B + t] = acc
+                bcum[bh, t0 + t] = acc
+            cuda.syncthreads()  # b_s of every row is read by the score epilogue
+
+        # -- scores: GS tiles of Q Kᵀ side by side per warp (one row block), gated and masked into P --
+        for grp in range(warp, NGS, NW):
+            pr = 16 * ((grp * GS) // TCS)
+            pc = 8 * ((grp * GS) % TCS)
+            acc = cuda.local.array(AS, float32)
+            for e in range(AS):
+                acc[e] = float32(0.0)
+            if pc <= pr + 15:  # some tile of the group reaches the diagonal (warp-uniform)
+                ra = O_Q + (pr + g8) * KS + i4
+                for k0 in range(0, kp_rt, 8):
+                    a0 = ld1(sm, ra + k0)
+                    a1 = ld1(sm, ra + 8 * KS + k0)
+                    a2 = ld1(sm, ra + k0 + 4)
+                    a3 = ld1(sm, ra + 8 * KS + k0 + 4)
+                    ab0, as0 = split_tf32(a0)
+                    ab1, as1 = split_tf32(a1)
+                    ab2, as2 = split_tf32(a2)
+                    ab3, as3 = split_tf32(a3)
+                    for e in range(GS):
+                        if pc + 8 * e <= pr + 15:  # tiles wholly above the diagonal stay zero (warp-uniform)
+                            rk = O_K + (pc + 8 * e + g8) * KS + i4 + k0  # Kᵀ[k0 + i, s] = K[s, k0 + i]
+                            b0 = ld1(sm, rk)
+                            b1 = ld1(sm, rk + 4)
+                            if three:
+                                bb0, bs0 = split_tf32(b0)
+                                bb1, bs1 = split_tf32(b1)
+                                d0, d1, d2, d3 = mma_3xtf32_split(ab0, ab1, ab2, ab3, as0, as1, as2, as3, bb0, bb1,
+                                                                  bs0, bs1, acc[4 * e], acc[4 * e + 1],
+                                                                  acc[4 * e + 2], acc[4 * e + 3])
+                            else:
+                                d0, d1, d2, d3 = mma_tf32(a0, a1, a2, a3, b0, b1, acc[4 * e], acc[4 * e + 1],
+                                                          acc[4 * e + 2], acc[4 * e + 3])
+                            acc[4 * e] = d0
+                            acc[4 * e + 1] = d1
+                            acc[4 * e + 2] = d2
+                            acc[4 * e + 3] = d3
+            for e in range(GS):
+                for j in range(4):  # C fragment element j: row g + 8 (j // 2), column 2 i + j % 2
+                    t = pr + g8 + 8 * (j // 2)
+                    s_ = pc + 8 * e + 2 * i4 + j % 2
+                    x = float32(0.0)
+                    if s_ <= t:
+                        x = acc[4 * e + j]
+                        if has_g:
+                            x *= math.exp(sm[O_B + t] - sm[O_B + s_])  # b_t - b_s <= 0: never overflows
+                    sm[O_P + t * CS + s_] = x
+        # -- U'' = P V, VB value columns at a time --
+        for vb in range(0, V, INTRA_VB):
+            st_val(sm, O_V, VS, v, b, h, t0, n, V, vb, tid, False, 0)
+            cuda.syncthreads()  # P complete (first pass) and the value tile staged
+            for grp in range(warp, NGV, NW):
+                pr = 16 * ((grp * GV) // TCV)
+                pc = 8 * ((grp * GV) % TCV)
+                acc = cuda.local.array(AV, float32)
+                for e in range(AV):
+                    acc[e] = float32(0.0)
+                ra = O_P + (pr + g8) * CS + i4
+                for k0 in range(0, pr + 16, 8):  # P[t, s] = 0 for s > t: the row block's steps end at its diagonal
+                    a0 = ld1(sm, ra + k0)
+                    a1 = ld1(sm, ra + 8 * CS + k0)
+                    a2 = ld1(sm, ra + k0 + 4)
+                    a3 = ld1(sm, ra + 8 * CS + k0 + 4)
+                    ab0, as0 = split_tf32(a0)
+                    ab1, as1 = split_tf32(a1)
+                    ab2, as2 = split_tf32(a2)
+                    ab3, as3 = split_tf32(a3)
+                    for e in range(GV):
+                        rv = O_V + (k0 + i4) * VS + pc + 8 * e + g8
+                        b0 = ld1(sm, rv)
+                        b1 = ld1(sm, rv + 4 * VS)
+                        if three:
+                            bb0, bs0 = split_tf32(b0)
+                            bb1, bs1 = split_tf32(b1)
+                            d0, d1, d2, d3 = mma_3xtf32_split(ab0, ab1, ab2, ab3, as0, as1, as2, as3, bb0, bb1,
+                                                              bs0, bs1, acc[4 * e], acc[4 * e + 1], acc[4 * e + 2],
+                                                              acc[4 * e + 3])
+                        else:
+                            d0, d1, d2, d3 = mma_tf32(a0, a1, a2, a3, b0, b1, acc[4 * e], acc[4 * e + 1],
+                                                      acc[4 * e + 2], acc[4 * e + 3])
+                        acc[4 * e] = d0
+                        acc[4 * e + 1] = d1
+                        acc[4 * e + 2] = d2
+                        acc[4 * e + 3] = d3
+                for e in range(GV):
+                    for j in range(4):
+                        col = vb + pc + 8 * e + 2 * i4 + j % 2
+                        if col < V:
+                            u2[bh, t0 + pr + g8 + 8 * (j // 2), col] = acc[4 * e + j]
+            cuda.syncthreads()  # the value tile is read: the next one may be staged over it
+
+    if config.ENABLE_CUDASIM:
+        return cuda.jit(intra)
+    return cuda.jit(intra, launch_bounds=(NTH, 2))
+
+
+# ----------------------------------------------------------------------------------------------------------
 # launching
 # ----------------------------------------------------------------------------------------------------------
 def value_tile(V: int, bv=None) -> int:
@@ -454,18 +641,18 @@ def value_tile(V: int, bv=None) -> int:
     return min(bv, 8 * cdiv(max(V, 1), 8))
 
 
-def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, precision=None):
+def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, precision=None, intra=None):
     """Launch r3's intra kernel, then the tensor-core state kernel (the rung contract).
 
     As r3: ``o=None`` means "state only" (``ht`` must be given); ``chunk_size=None`` uses ``DEFAULT_CHUNK``;
     ``h0`` and ``ht`` may be the same array. ``bv`` overrides the value-tile width; ``precision`` is "3xtf32"
     (float32 accuracy, the default :data:`PRECISION`) or "tf32" (one TF32 product per tile step).
     """
-    for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv, precision):
+    for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv, precision, intra):
         launch()
 
 
-def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, precision=None):
+def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, precision=None, intra=None):
     """``[(kernel name, launch)]``: what :func:`forward` runs, in order. Validates the arguments and allocates
     the scratch (r3's buffers)."""
     B, T, H, K = q.shape
@@ -473,6 +660,9 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     precision = PRECISION if precision is None else precision
     if precision not in PRECISIONS:
         raise ValueError(f"rung {NAME!r}: precision must be one of {PRECISIONS}, got {precision!r}")
+    intra = INTRA if intra is None else intra
+    if intra not in INTRAS:
+        raise ValueError(f"rung {NAME!r}: intra must be one of {INTRAS}, got {intra!r}")
     C = r3.check_launch(NAME, chunk_size, K, o, ht)
     KP = r3.padded_k(K)
     BV = value_tile(V, bv)
@@ -480,12 +670,19 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     BH = B * H
     if BH == 0 or V == 0:
         return []
-    # r3's intra kernel, launched by r3's own code (which allocates the scratch it writes: the same buffers below)
-    todo = [(name, fn) for name, fn in r3.launches(q, k, v, g, beta, o, h0, ht, scale, C, stream) if name == "intra"]
     NC = cdiv(T, C)
-    bcum, w, u, qp, u2 = r3.scratch_buffers(BH, NC * C, KP, V, has_g, delta, out, stream)
+    vin = T > 0 and r3._rows_aligned(q, k, v)
+    if intra == "tensor_cores" and T > 0 and intra_tc_fits(K, V, C, delta, out, vin):
+        bcum, w, u, qp, u2 = r3.scratch_buffers(BH, NC * C, KP, V, has_g, delta, out, stream)
+        smem_a = _intra_tc_layout(C, KP)[-1] * np.dtype(np.float32).itemsize
+        kern_a = _intra_add_kernel(C, KP, has_g, precision == "3xtf32")
+        args_a = (q, k, v, or_dummy(g, 3), bcum, u2)
+        todo = [("intra", lambda: r3._launch(kern_a, (NC, BH), INTRA_THREADS, smem_a, stream, args_a))]
+    else:  # r3's intra kernel, launched by r3's own code (which allocates the scratch: the same buffers below)
+        todo = [(name, fn) for name, fn in r3.launches(q, k, v, g, beta, o, h0, ht, scale, C, stream)
+                if name == "intra"]
+        bcum, w, u, qp, u2 = r3.scratch_buffers(BH, NC * C, KP, V, has_g, delta, out, stream)
     if T > 0 or ht is not None:
-        vin = T > 0 and r3._rows_aligned(q, k, v)
         smem_b = _state_layout(C, KP, BV)[-1] * np.dtype(np.float32).itemsize
         kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin,
                                precision == "3xtf32")
@@ -499,7 +696,8 @@ def compile_targets():
     """``(label, py_func, argtypes)`` for the state-kernel variants at the default configuration (C = 64,
     K <= 128, BV = 64, 3xTF32): 4 recurrences x (float32 inputs, with 128-bit loads, x output or state only x h0
     x ht; float16 inputs, which change only the input loads, with h0 and ht, with and without output); plus the
-    TF32 variant of each recurrence with output. The intra kernel is r3's and is compiled with r3's targets."""
+    TF32 variant of each recurrence with output; and the opt-in tensor-core intra kernel of the additive family.
+    r3's intra kernel (the default) is compiled with r3's targets."""
     f32 = types.float32
     C, KP, BV = DEFAULT_CHUNK, MAX_K, BV_DEFAULT
     s2, s3, s4 = (array_type(np.float32, n, "C") for n in (2, 3, 4))
@@ -526,3 +724,6 @@ def compile_targets():
                 yield (f"state[{tag},tf32]", _state_kernel(C, KP, BV, has_g, delta, True, False, False, vin,
                                                            False).py_func,
                        (x4, x4, x4, s2, s3, s3, s3, s3, s4, s4, a4, f32))
+                if not delta:  # the opt-in tensor-core intra kernel (additive family, float32 aligned inputs)
+                    yield (f"intra_tc[{rec}]", _intra_add_kernel(C, KP, has_g, True).py_func,
+                           (x4, x4, x4, array_type(np.float32, 3) if has_g else s3, s2, s3))
