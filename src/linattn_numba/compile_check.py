@@ -9,7 +9,7 @@ Run as ``python -m linattn_numba.compile_check [--assemble] [name ...]`` (the si
 rung, ``api`` or ``mma``; none means all of them). Exit status 1
 when any variant fails; the failures are listed. Kernels whose PTX spills their register arrays to local memory are
 reported too (a performance bug, not an error). The tensor-core primitives (:mod:`linattn_numba.mma`) are always
-compiled, and their PTX must hold the ``mma.sync`` instruction (``cvt.rna.tf32.f32`` for the rounding kernel).
+compiled, and each one's PTX must hold the instruction it exists for (``mma.REQUIRED_PTX``).
 
 ``--assemble`` also runs ptxas on every PTX (through nvJitLink, which ``numba-cuda[cu13]`` installs; still no GPU):
 inline PTX that NVVM passes through unchecked (``cp.async``, ``bar.sync``, ``mma.sync``, 128-bit accesses) is only
@@ -48,8 +48,8 @@ def main(argv=None) -> int:
         info = ""
         try:
             ptx, _ = cuda.compile_ptx(fn, argtypes, cc=(9, 0))
-            need = "cvt.rna.tf32.f32" if "to_tf32" in label else "mma.sync.aligned.m16n8k8"
-            if rung == "mma" and need not in ptx:
+            need = mma.REQUIRED_PTX[label] if rung == "mma" else None
+            if need is not None and need not in ptx:
                 raise RuntimeError(f"no {need} in the PTX")
             if assemble_all or rung == "mma":
                 info = assemble(ptx)

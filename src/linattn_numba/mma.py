@@ -201,6 +201,11 @@ def compile_targets():
     yield "to_tf32 / split_tf32", _round_kernel.py_func, (arr1, arr1, arr1, arr1)
 
 
+# what the compile tier requires in each target's PTX (the instruction the target exists for)
+REQUIRED_PTX = {"mma_tf32 tile": "mma.sync.aligned.m16n8k8", "mma_3xtf32 tile": "mma.sync.aligned.m16n8k8",
+                "to_tf32 / split_tf32": "cvt.rna.tf32.f32"}
+
+
 @cuda.jit
 def _round_kernel(x, r, big, small):
     """Per element: ``r = to_tf32(x)``, ``(big, small) = split_tf32(x)`` (the test and compile kernel)."""

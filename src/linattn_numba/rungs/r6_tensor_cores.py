@@ -128,6 +128,18 @@ def _p1_u2(u2, row, col, delta, out, C, n, bh, t0, v0, V):
 
 
 @cuda.jit(device=True, inline="always")
+def _p1_u2_group(pre, u2, row, col, e0, ntiles, delta, out, C, n, bh, t0, v0, V):
+    """``pre[4 e + j]`` = :func:`_p1_u2` of C-fragment element j (row ``row + 8 (j // 2)``, column ``col + 8 e +
+    j % 2``) of tiles e0 .. e0 + ntiles - 1 of the group side by side."""
+    for e in range(e0, e0 + ntiles):
+        c = col + 8 * e
+        pre[4 * e] = _p1_u2(u2, row, c, delta, out, C, n, bh, t0, v0, V)
+        pre[4 * e + 1] = _p1_u2(u2, row, c + 1, delta, out, C, n, bh, t0, v0, V)
+        pre[4 * e + 2] = _p1_u2(u2, row + 8, c, delta, out, C, n, bh, t0, v0, V)
+        pre[4 * e + 3] = _p1_u2(u2, row + 8, c + 1, delta, out, C, n, bh, t0, v0, V)
+
+
+@cuda.jit(device=True, inline="always")
 def _p1_element(sm, o, u2v, x, row, col, delta, out, has_g, O_V, VS, O_F, O_GM, C, n, b, h, bh, t0, v0, V, scale):
     """One element of P1's result X: V_new in place (delta rows) or the output (``u2v`` from :func:`_p1_u2`)."""
     if delta and row < C:
@@ -144,6 +156,43 @@ def _p1_element(sm, o, u2v, x, row, col, delta, out, has_g, O_V, VS, O_F, O_GM, 
             if has_g and not delta:
                 gm = sm[O_GM + t]
             o[b, t0 + t, h, v0 + col] = scale * (x * gm + u2v)
+
+
+@cuda.jit(device=True, inline="always")
+def _frag_a(sm, p, s8, s4):
+    """The A fragment of one mma step from shared memory: ``(sm[p], sm[p + s8], sm[p + s4], sm[p + s8 + s4])``,
+    i.e. A[g, i], A[g + 8, i], A[g, i + 4], A[g + 8, i + 4] with ``p`` at A[g, i] and s8 / s4 the offsets of 8 rows /
+    4 columns (KS and 1 times those for a row-major A, swapped for Kᵀ read from K's rows)."""
+    return ld1(sm, p), ld1(sm, p + s8), ld1(sm, p + s4), ld1(sm, p + s8 + s4)
+
+
+@cuda.jit(device=True, inline="always")
+def _mma_tiles(sm, acc, a0, a1, a2, a3, pb, bstep, s4, ntiles, live, three):
+    """One k-step of ``ntiles`` 16 x 8 tiles side by side: ``acc[4 e : 4 e + 4] += A B_e`` for e < ``live`` (the
+    rest skipped: score tiles wholly above the diagonal), A split once for all of them. B_e's fragment is
+    ``(sm[pb + e bstep], sm[pb + e bstep + s4])`` (B[i, g] and B[i + 4, g]). ``three``: 3xTF32, else one TF32
+    product. ``ntiles``, ``live`` and ``three`` are the caller's constants (or warp-uniform): every lane runs the
+    same mma instructions, as ``mma.sync.aligned`` requires."""
+    ab0, as0 = split_tf32(a0)
+    ab1, as1 = split_tf32(a1)
+    ab2, as2 = split_tf32(a2)
+    ab3, as3 = split_tf32(a3)
+    for e in range(ntiles):
+        if e < live:
+            b0 = ld1(sm, pb + e * bstep)
+            b1 = ld1(sm, pb + e * bstep + s4)
+            if three:
+                bb0, bs0 = split_tf32(b0)
+                bb1, bs1 = split_tf32(b1)
+                d0, d1, d2, d3 = mma_3xtf32_split(ab0, ab1, ab2, ab3, as0, as1, as2, as3, bb0, bb1, bs0, bs1,
+                                                  acc[4 * e], acc[4 * e + 1], acc[4 * e + 2], acc[4 * e + 3])
+            else:
+                d0, d1, d2, d3 = mma_tf32(a0, a1, a2, a3, b0, b1, acc[4 * e], acc[4 * e + 1], acc[4 * e + 2],
+                                          acc[4 * e + 3])
+            acc[4 * e] = d0
+            acc[4 * e + 1] = d1
+            acc[4 * e + 2] = d2
+            acc[4 * e + 3] = d3
 
 
 def _stager_fits(cols, nth):
@@ -323,54 +372,20 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
                 pc = 8 * ((grp * G1) % TC)
                 acc = cuda.local.array(AG1, float32)
                 pre = cuda.local.array(AG1, float32)
-                for e in range(G1):
-                    col = pc + 8 * e + 2 * i4
-                    pre[4 * e] = float32(0.0)
-                    pre[4 * e + 1] = float32(0.0)
-                    pre[4 * e + 2] = float32(0.0)
-                    pre[4 * e + 3] = float32(0.0)
-                    if EARLY_U2:
-                        pre[4 * e] = _p1_u2(u2, pr + g, col, delta, out, C, n, bh, t0, v0, V)
-                        pre[4 * e + 1] = _p1_u2(u2, pr + g, col + 1, delta, out, C, n, bh, t0, v0, V)
-                        pre[4 * e + 2] = _p1_u2(u2, pr + g + 8, col, delta, out, C, n, bh, t0, v0, V)
-                        pre[4 * e + 3] = _p1_u2(u2, pr + g + 8, col + 1, delta, out, C, n, bh, t0, v0, V)
+                if EARLY_U2:
+                    _p1_u2_group(pre, u2, pr + g, pc + 2 * i4, 0, G1, delta, out, C, n, bh, t0, v0, V)
                 for e in range(4 * G1):
                     acc[e] = float32(0.0)
                 ra = O_A + (pr + g) * KS + i4
                 rb = O_S + i4 * VS + pc + g
                 for k0 in range(0, kp_rt, 8):
-                    a0 = ld1(sm, ra + k0)
-                    a1 = ld1(sm, ra + 8 * KS + k0)
-                    a2 = ld1(sm, ra + k0 + 4)
-                    a3 = ld1(sm, ra + 8 * KS + k0 + 4)
-                    ab0, as0 = split_tf32(a0)
-                    ab1, as1 = split_tf32(a1)
-                    ab2, as2 = split_tf32(a2)
-                    ab3, as3 = split_tf32(a3)
-                    for e in range(G1):
-                        b0 = ld1(sm, rb + k0 * VS + 8 * e)
-                        b1 = ld1(sm, rb + (k0 + 4) * VS + 8 * e)
-                        if three:
-                            bb0, bs0 = split_tf32(b0)
-                            bb1, bs1 = split_tf32(b1)
-                            d0, d1, d2, d3 = mma_3xtf32_split(ab0, ab1, ab2, ab3, as0, as1, as2, as3, bb0, bb1,
-                                                              bs0, bs1, acc[4 * e], acc[4 * e + 1], acc[4 * e + 2],
-                                                              acc[4 * e + 3])
-                        else:
-                            d0, d1, d2, d3 = mma_tf32(a0, a1, a2, a3, b0, b1, acc[4 * e], acc[4 * e + 1],
-                                                      acc[4 * e + 2], acc[4 * e + 3])
-                        acc[4 * e] = d0
-                        acc[4 * e + 1] = d1
-                        acc[4 * e + 2] = d2
-                        acc[4 * e + 3] = d3
+                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * KS, 4)
+                    _mma_tiles(sm, acc, a0, a1, a2, a3, rb + k0 * VS, 8, 4 * VS, G1, G1, three)
                 row = pr + g
                 for e in range(G1):
                     col = pc + 8 * e + 2 * i4
-                    if not EARLY_U2:
-                        pre[4 * e] = _p1_u2(u2, row, col, delta, out, C, n, bh, t0, v0, V)
-                        pre[4 * e + 1] = _p1_u2(u2, row, col + 1, delta, out, C, n, bh, t0, v0, V)
-                        pre[4 * e + 2] = _p1_u2(u2, row + 8, col, delta, out, C, n, bh, t0, v0, V)
-                        pre[4 * e + 3] = _p1_u2(u2, row + 8, col + 1, delta, out, C, n, bh, t0, v0, V)
+                    if not EARLY_U2:  # tile by tile: 4 more live registers, not 4 G1
+                        _p1_u2_group(pre, u2, row, pc + 2 * i4, e, 1, delta, out, C, n, bh, t0, v0, V)
                     _p1_element(sm, o, pre[4 * e], acc[4 * e], row, col, delta, out, has_g, O_V, VS, O_F, O_GM,
                                 C, n, b, h, bh, t0, v0, V, scale)
                     _p1_element(sm, o, pre[4 * e + 1], acc[4 * e + 1], row, col + 1, delta, out, has_g, O_V, VS,
@@ -406,30 +421,9 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
                     ka = O_A + K_OFF + i4 * KS + r0 + g  # K^T[r0 + g, i4] = K[i4, r0 + g]
                     vb = O_V + i4 * VS + c0 + g
                     for k0 in range(0, 8 * ((n + 7) // 8), 8):  # rows past n are zero: skipped
-                        a0 = ld1(sm, ka + k0 * KS)
-                        a1 = ld1(sm, ka + k0 * KS + 8)
-                        a2 = ld1(sm, ka + (k0 + 4) * KS)
-                        a3 = ld1(sm, ka + (k0 + 4) * KS + 8)
-                        ab0, as0 = split_tf32(a0)
-                        ab1, as1 = split_tf32(a1)
-                        ab2, as2 = split_tf32(a2)
-                        ab3, as3 = split_tf32(a3)
-                        for e in range(SG):  # the warp's tiles side by side: one A fragment for SG tiles
-                            b0 = ld1(sm, vb + k0 * VS + 8 * e)
-                            b1 = ld1(sm, vb + (k0 + 4) * VS + 8 * e)
-                            if three:
-                                bb0, bs0 = split_tf32(b0)
-                                bb1, bs1 = split_tf32(b1)
-                                d0, d1, d2, d3 = mma_3xtf32_split(ab0, ab1, ab2, ab3, as0, as1, as2, as3, bb0, bb1,
-                                                                  bs0, bs1, acc[4 * e], acc[4 * e + 1],
-                                                                  acc[4 * e + 2], acc[4 * e + 3])
-                            else:
-                                d0, d1, d2, d3 = mma_tf32(a0, a1, a2, a3, b0, b1, acc[4 * e], acc[4 * e + 1],
-                                                          acc[4 * e + 2], acc[4 * e + 3])
-                            acc[4 * e] = d0
-                            acc[4 * e + 1] = d1
-                            acc[4 * e + 2] = d2
-                            acc[4 * e + 3] = d3
+                        a0, a1, a2, a3 = _frag_a(sm, ka + k0 * KS, 8, 4 * KS)
+                        # the warp's tiles side by side: one A fragment for SG tiles
+                        _mma_tiles(sm, acc, a0, a1, a2, a3, vb + k0 * VS, 8, 4 * VS, SG, SG, three)
                     for e in range(4 * SG):
                         Sf[4 * e0 + e] = Sf[4 * e0 + e] * gc + acc[e]
             cuda.syncthreads()  # before the next chunk is staged over this one
@@ -541,35 +535,14 @@ def _intra_add_kernel(C, KP, has_g, three):
             acc = cuda.local.array(AS, float32)
             for e in range(AS):
                 acc[e] = float32(0.0)
-            if pc <= pr + 15:  # some tile of the group reaches the diagonal (warp-uniform)
+            # tiles wholly above the diagonal (the group's last ones) stay zero; warp-uniform
+            live = min(GS, (pr + 15 - pc) // 8 + 1) if pc <= pr + 15 else 0
+            if live > 0:
                 ra = O_Q + (pr + g8) * KS + i4
+                rk = O_K + (pc + g8) * KS + i4  # Kᵀ[k0 + i, s] = K[s, k0 + i]
                 for k0 in range(0, kp_rt, 8):
-                    a0 = ld1(sm, ra + k0)
-                    a1 = ld1(sm, ra + 8 * KS + k0)
-                    a2 = ld1(sm, ra + k0 + 4)
-                    a3 = ld1(sm, ra + 8 * KS + k0 + 4)
-                    ab0, as0 = split_tf32(a0)
-                    ab1, as1 = split_tf32(a1)
-                    ab2, as2 = split_tf32(a2)
-                    ab3, as3 = split_tf32(a3)
-                    for e in range(GS):
-                        if pc + 8 * e <= pr + 15:  # tiles wholly above the diagonal stay zero (warp-uniform)
-                            rk = O_K + (pc + 8 * e + g8) * KS + i4 + k0  # Kᵀ[k0 + i, s] = K[s, k0 + i]
-                            b0 = ld1(sm, rk)
-                            b1 = ld1(sm, rk + 4)
-                            if three:
-                                bb0, bs0 = split_tf32(b0)
-                                bb1, bs1 = split_tf32(b1)
-                                d0, d1, d2, d3 = mma_3xtf32_split(ab0, ab1, ab2, ab3, as0, as1, as2, as3, bb0, bb1,
-                                                                  bs0, bs1, acc[4 * e], acc[4 * e + 1],
-                                                                  acc[4 * e + 2], acc[4 * e + 3])
-                            else:
-                                d0, d1, d2, d3 = mma_tf32(a0, a1, a2, a3, b0, b1, acc[4 * e], acc[4 * e + 1],
-                                                          acc[4 * e + 2], acc[4 * e + 3])
-                            acc[4 * e] = d0
-                            acc[4 * e + 1] = d1
-                            acc[4 * e + 2] = d2
-                            acc[4 * e + 3] = d3
+                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * KS, 4)
+                    _mma_tiles(sm, acc, a0, a1, a2, a3, rk + k0, 8 * KS, 4, GS, live, three)
             for e in range(GS):
                 for j in range(4):  # C fragment element j: row g + 8 (j // 2), column 2 i + j % 2
                     t = pr + g8 + 8 * (j // 2)
@@ -592,31 +565,8 @@ def _intra_add_kernel(C, KP, has_g, three):
                     acc[e] = float32(0.0)
                 ra = O_P + (pr + g8) * CS + i4
                 for k0 in range(0, pr + 16, 8):  # P[t, s] = 0 for s > t: the row block's steps end at its diagonal
-                    a0 = ld1(sm, ra + k0)
-                    a1 = ld1(sm, ra + 8 * CS + k0)
-                    a2 = ld1(sm, ra + k0 + 4)
-                    a3 = ld1(sm, ra + 8 * CS + k0 + 4)
-                    ab0, as0 = split_tf32(a0)
-                    ab1, as1 = split_tf32(a1)
-                    ab2, as2 = split_tf32(a2)
-                    ab3, as3 = split_tf32(a3)
-                    for e in range(GV):
-                        rv = O_V + (k0 + i4) * VS + pc + 8 * e + g8
-                        b0 = ld1(sm, rv)
-                        b1 = ld1(sm, rv + 4 * VS)
-                        if three:
-                            bb0, bs0 = split_tf32(b0)
-                            bb1, bs1 = split_tf32(b1)
-                            d0, d1, d2, d3 = mma_3xtf32_split(ab0, ab1, ab2, ab3, as0, as1, as2, as3, bb0, bb1,
-                                                              bs0, bs1, acc[4 * e], acc[4 * e + 1], acc[4 * e + 2],
-                                                              acc[4 * e + 3])
-                        else:
-                            d0, d1, d2, d3 = mma_tf32(a0, a1, a2, a3, b0, b1, acc[4 * e], acc[4 * e + 1],
-                                                      acc[4 * e + 2], acc[4 * e + 3])
-                        acc[4 * e] = d0
-                        acc[4 * e + 1] = d1
-                        acc[4 * e + 2] = d2
-                        acc[4 * e + 3] = d3
+                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * CS, 4)
+                    _mma_tiles(sm, acc, a0, a1, a2, a3, O_V + (k0 + i4) * VS + pc + g8, 8, 4 * VS, GV, GV, three)
                 for e in range(GV):
                     for j in range(4):
                         col = vb + pc + 8 * e + 2 * i4 + j % 2
