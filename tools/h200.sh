@@ -11,6 +11,9 @@
 #     long_scaling  B1 H2 K=V=128 at shorter T (decay 64K, 256K; gated delta 64K) for the long-context curve
 #     sweep     time against T at B1 H16 K=V=128 (decay): r3, r4, fla chunk, SDPA
 #     r6_intra  r6 with r3's intra kernel and with the tensor-core one (additive), per kernel (tools/tune_r3.py)
+#     r6_split  r6's two schedules for the additive family (fused: intra then state with the output; split: states
+#               stored per chunk, then every chunk's output in parallel), per kernel; then the bench of r6 under
+#               the split schedule beside fla's chunk kernels (plain, decay)
 #     long_engines  r4 at the two long-context shapes with each engine (r3 shared, r6 tensor_cores) and fla chunk
 #               (tools/r4_engine_probe.py; a probe file for figures/data/probes/)
 #     sanitize  compute-sanitizer memcheck, racecheck, synccheck on r2-r5 at a mid-size shape
@@ -41,7 +44,7 @@ for m in ${modes//,/ }; do
   echo "=== $m ($(date +%T))"
   case "$m" in
     tests)
-      timeout 200 python3 -m pytest -m gpu tests/test_gpu.py tests/test_r4_scan.py -q -x -p no:cacheprovider 2>&1 | tail -25 | tee "$out/gpu_tests.log"
+      timeout 330 python3 -m pytest -m gpu tests/test_gpu.py tests/test_r4_scan.py -q -x -p no:cacheprovider 2>&1 | tail -25 | tee "$out/gpu_tests.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     bench)
       bench --rungs recurrent,shared,scan,warp_roles,tensor_cores --step --softmax --tune --out "$out/h200_ladder_$sha.json" "$@" \
@@ -77,6 +80,17 @@ for m in ${modes//,/ }; do
       timeout 200 python3 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra r3,tensor_cores \
         --recurrences plain,decay --out "$out/h200_tune_r6_intra_$sha.json" 2>&1 \
         | grep -v "NumbaPerformanceWarning\|warn(errors" | tee "$out/r6_intra.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
+    r6_split)
+      timeout 240 python3 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 32,64 --intra tensor_cores \
+        --schedule fused,split --precision 3xtf32,tf32 --recurrences plain,decay \
+        --out "$out/h200_tune_r6_split_$sha.json" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors" \
+        | tee "$out/r6_split.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+      timeout 200 python3 -c "import sys; from linattn_numba.rungs import r6_tensor_cores as r6; r6.SCHEDULE = 'split'
+from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs shared,tensor_cores \
+        --recurrences plain,decay --fla chunk --out "$out/h200_r6_split_$sha.json" 2>&1 | tail -30 \
+        | tee -a "$out/r6_split.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     long_engines)
       timeout 400 python3 tools/r4_engine_probe.py --out "$out/h200_r4_engines_$sha.json" 2>&1 \

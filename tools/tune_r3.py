@@ -6,6 +6,7 @@ Usage (on the H200; tools/h200.sh shows the environment it needs)::
 
     python3 tools/tune_r3.py [--shape B,T,H,K,V] [--recurrences plain,decay,...] [--chunks 32,64] [--bv 16,32,64]
                              [--rung shared|tensor_cores] [--precision 3xtf32,tf32] [--intra r3,tensor_cores]
+                             [--schedule fused,split]
                              [--out tune_r3.json]
 
 Writes one JSON file: the device, the shape, and per recurrence the records {chunk, bv, median_ms, tflops,
@@ -32,6 +33,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rung", default="shared", choices=("shared", "tensor_cores"))
     ap.add_argument("--precision", default="3xtf32", help="r6's precisions to try (comma-separated)")
     ap.add_argument("--intra", default="r3", help="r6's intra kernels to try (comma-separated: r3, tensor_cores)")
+    ap.add_argument("--schedule", default="fused", help="r6's schedules to try (comma-separated: fused, split)")
     ap.add_argument("--out", default="tune_r3.json")
     ap.add_argument("--no-check", action="store_true", help="skip the oracle check (faster)")
     args = ap.parse_args(argv)
@@ -47,6 +49,7 @@ def main(argv=None) -> int:
     mod = rungs.module(args.rung)
     precisions = args.precision.split(",") if args.rung == "tensor_cores" else [None]
     intras = args.intra.split(",") if args.rung == "tensor_cores" else [None]
+    schedules = args.schedule.split(",") if args.rung == "tensor_cores" else [None]
     result = {"device": bench.device_info(), "rung": args.rung, "shape": dict(B=B, T=T, H=H, K=K, V=V),
               "date": time.ctime(), "git": bench.git_sha(), "versions": bench.versions(), "recurrences": {}}
     for rec in args.recurrences.split(","):
@@ -58,13 +61,20 @@ def main(argv=None) -> int:
         flops = bench.counted_flops(rec, B, T, H, K, V)
         rows = []
         for C in (int(x) for x in args.chunks.split(",")):
-            for bv, prec, intra in ((int(x), p, i) for x in args.bv.split(",") for p in precisions for i in intras):
+            for bv, prec, intra, sched in ((int(x), p, i, s) for x in args.bv.split(",") for p in precisions
+                                           for i in intras for s in schedules):
+                if sched == "split" and intra not in (None, intras[0]):
+                    continue  # the split schedule has its own output kernel: the intra choice does not apply
                 row = {"chunk": C, "bv": bv}
                 kw = {"bv": bv}
                 if prec is not None:
                     row["precision"] = kw["precision"] = prec
                 if intra is not None:
-                    row["intra"] = kw["intra"] = intra
+                    kw["intra"] = intra
+                    if sched != "split":
+                        row["intra"] = intra
+                if sched is not None:
+                    row["schedule"] = kw["schedule"] = sched
                 try:
                     todo = mod.launches(d["q"], d["k"], d["v"], d["g"], d["beta"], o, None, ht, K**-0.5, C, **kw)
 

@@ -1,4 +1,4 @@
-"""128-bit loads and stores, and an L2 prefetch, as Numba intrinsics (inline LLVM vector ops / PTX).
+"""128-bit loads and stores (and a 64-bit store), and an L2 prefetch, as Numba intrinsics (inline LLVM vector ops / PTX).
 
 Introduced by rung r3 ``shared`` (its register-blocked loops read four consecutive floats per operand and step)
 and used by r1's decode step (a streaming copy of the state) and r5. Each has a plain-Python twin that the
@@ -28,6 +28,16 @@ def _st4_py(a, i, x):
             a[i + e] = x[e]
 
 
+def _st2_py(a, i, x):
+    """``a[i : i + 2] = x`` along the last axis (``i`` a tuple of indices or an index)."""
+    for e in range(2):
+        if isinstance(i, tuple):
+            *head, last = i
+            a[(*head, last + e)] = x[e]
+        else:
+            a[i + e] = x[e]
+
+
 def _prefetch_py(a, i):
     """No-op outside the GPU (a cache hint has no meaning in the simulator)."""
 
@@ -38,13 +48,13 @@ def _ld1_py(a, i):
 
 
 if config.ENABLE_CUDASIM:
-    ld4, st4, prefetch_l2, ld1 = _ld4_py, _st4_py, _prefetch_py, _ld1_py
+    ld4, st4, st2, prefetch_l2, ld1 = _ld4_py, _st4_py, _st2_py, _prefetch_py, _ld1_py
 else:
     from llvmlite import ir
     from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
 
-    def _vec_ptr(context, builder, aryty, ary_val, idx_ty, idx_val):
+    def _vec_ptr(context, builder, aryty, ary_val, idx_ty, idx_val, width=4):
         ary = context.make_array(aryty)(context, builder, ary_val)
         if isinstance(idx_ty, types.BaseTuple):
             idx = cgutils.unpack_tuple(builder, idx_val, len(idx_ty))
@@ -52,7 +62,7 @@ else:
         else:
             idx = [context.cast(builder, idx_val, idx_ty, types.intp)]
         ptr = cgutils.get_item_pointer(context, builder, aryty, ary, idx, wraparound=False)
-        return builder.bitcast(ptr, ir.PointerType(ir.VectorType(ir.FloatType(), 4)))
+        return builder.bitcast(ptr, ir.PointerType(ir.VectorType(ir.FloatType(), width)))
 
     @intrinsic
     def ld4(typingctx, arr, idx):
@@ -89,6 +99,25 @@ else:
             for e in range(4):
                 vec = builder.insert_element(vec, vals[e], ir.Constant(ir.IntType(32), e))
             builder.store(vec, vptr, align=16)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def st2(typingctx, arr, idx, x):
+        """``a[i : i + 2] = x`` (a 2-tuple of float32) along the last axis as ONE 64-bit store, with no
+        negative-index handling (``i`` in range; the element 8-byte aligned). r6 stores a C fragment's column
+        pair (2 i, 2 i + 1) of a row this way."""
+        sig = types.none(arr, idx, x)
+
+        def codegen(context, builder, sig, args):
+            vptr = _vec_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1], 2)
+            vals = cgutils.unpack_tuple(builder, args[2], 2)
+            vals = [context.cast(builder, v, t, types.float32) for v, t in zip(vals, sig.args[2])]
+            vec = ir.Constant(ir.VectorType(ir.FloatType(), 2), ir.Undefined)
+            for e in range(2):
+                vec = builder.insert_element(vec, vals[e], ir.Constant(ir.IntType(32), e))
+            builder.store(vec, vptr, align=8)
             return context.get_dummy_value()
 
         return sig, codegen

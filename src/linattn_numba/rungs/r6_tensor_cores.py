@@ -87,7 +87,7 @@ from numba import config, cuda, float32, types
 from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
 from ..mma import mma_3xtf32_split, mma_tf32, split_tf32
 from ..reference import RECURRENCES
-from ..vec import ld1, ld4, st4
+from ..vec import ld1, ld4, st2, st4
 from . import r3_shared as r3
 from .r3_shared import _chunk_gates, _prefetch_chunk, _stage_chunk, _stage_input
 
@@ -278,7 +278,7 @@ def _tiling(C, KP, BV, delta, out):
 
 
 @functools.lru_cache(maxsize=None)
-def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
+def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three, store=False):
     NTH = _threads(KP, BV)
     KS, VS, O_A, O_S, O_V, O_GM, O_F, _ = _state_layout(C, KP, BV)
     NW, TC, NST, SPW, P1T, G1, SG = _tiling(C, KP, BV, delta, out)
@@ -296,8 +296,9 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
     # time, where 16 more live registers would spill (ptxas: 112 bytes), so it loads them after
     EARLY_U2 = out and not delta
 
-    def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):
-        """Value columns x * BV .. of head y through every chunk; S in the warps' mma accumulator fragments."""
+    def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale, hs):
+        """Value columns x * BV .. of head y through every chunk; S in the warps' mma accumulator fragments.
+        ``store`` (the split schedule): every chunk's starting state to ``hs[bh, c KP + row, column]``."""
         T, H, K = k.shape[1], k.shape[2], k.shape[3]
         V = v.shape[3]
         vec_v = V % 4 == 0
@@ -334,6 +335,15 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three):
             t0 = c * C
             n = min(C, T - t0)
             b_last = bcum[bh, t0 + n - 1] if has_g else float32(0.0)
+            if store:  # S_c for the output kernel (KP rows, zero past K): nothing waits on these stores; one
+                # 64-bit store per row of a fragment's column pair (V is a multiple of 4 here: split_fits)
+                for e in range(SPW):
+                    st = warp * SPW + e
+                    cc = v0 + 8 * (st % TC) + 2 * i4
+                    if st < NST and cc < V:
+                        rr = c * KP + 16 * (st // TC) + g
+                        st2(hs, (bh, rr, cc), (Sf[4 * e], Sf[4 * e + 1]))
+                        st2(hs, (bh, rr + 8, cc), (Sf[4 * e + 2], Sf[4 * e + 3]))
             # -- stage: S from the fragments, the row blocks, the value tile (r3's staging loops) --
             if P1T > 0:
                 for e in range(SPW):
@@ -580,6 +590,176 @@ def _intra_add_kernel(C, KP, has_g, three):
 
 
 # ----------------------------------------------------------------------------------------------------------
+# the split schedule (additive family): states first, then every chunk's output in parallel
+# ----------------------------------------------------------------------------------------------------------
+SCHEDULES = ("fused", "split")
+SCHEDULE = "fused"  # the default of forward(schedule=...)
+SPLIT_MAX_BYTES = 4 << 30  # the largest per-chunk state buffer (hs) the split schedule allocates
+GATES_THREADS = 128
+
+
+def split_fits(K, V, C, delta, out, vin) -> bool:
+    """Whether the split schedule can run: what :func:`_out_add_kernel` needs (the additive family with the
+    output, float32 inputs with aligned rows), the same as the tensor-core intra kernel's."""
+    return intra_tc_fits(K, V, C, delta, out, vin)
+
+
+def split_bytes(B, T, H, K, V, C) -> int:
+    """Bytes of the split schedule's per-chunk state buffer ``hs`` [B H, NC KP, V] (float32)."""
+    return B * H * cdiv(T, C) * r3.padded_k(K) * V * 4
+
+
+@functools.lru_cache(maxsize=None)
+def _gates_kernel(C):
+    """bcum[bh, t] = b_t, the in-chunk cumulative log-gate (rows past T: b of the chunk's last token, as r3's
+    intra kernel writes it), one thread per (head, chunk): the split schedule's state kernel needs b before any
+    output kernel runs, and r3's intra kernel would reserve ~100 KB of shared memory per block to do it."""
+
+    def gates(g, bcum):
+        B, T, H = g.shape
+        NC = (T + C - 1) // C
+        i = cuda.grid(1)
+        if i < B * H * NC:
+            bh = i // NC
+            c = i % NC
+            b = bh // H
+            h = bh % H
+            t0 = c * C
+            n = min(C, T - t0)
+            acc = float32(0.0)
+            for t in range(C):
+                if t < n:
+                    acc += float32(g[b, t0 + t, h])
+                bcum[bh, t0 + t] = acc
+
+    return cuda.jit(gates)
+
+
+def _out_tc_layout(C, KP):
+    """(KS, CS, VS, offsets of Q, R, P, the value tile, b, total floats) of :func:`_out_add_kernel`. R holds K's
+    rows for the scores, then the chunk's state tile [KP, VB] (rows padded as the value tile's: B fragments read
+    down a column)."""
+    KS, CS, VS = KP + 4, C + 4, INTRA_VB + 8
+    o_q = 0
+    o_r = o_q + C * KS
+    o_p = o_r + max(C * KS, KP * VS)
+    o_v = o_p + C * CS
+    o_b = o_v + C * VS
+    return KS, CS, VS, o_q, o_r, o_p, o_v, o_b, o_b + C
+
+
+@functools.lru_cache(maxsize=None)
+def _out_add_kernel(C, KP, has_g, three):
+    """The split schedule's output, one chunk of one head per block (fla's ``chunk_fwd_o`` in this rung's
+    terms): ``O = scale (diag(gamma) Q S_c + tril(Q Kᵀ ⊙ Γ) V)`` with S_c the chunk's starting state, written by
+    the state kernel (``store``) to ``hs``. :func:`_intra_add_kernel`'s scores and P V, plus Q S_c into the same
+    accumulators: ``acc = Q S_c`` (K / 8 steps), ``acc *= gamma_t`` per row, ``acc += P V``, so the output never
+    goes through global memory as U''."""
+    NTH = INTRA_THREADS
+    NW = NTH // 32
+    KS, CS, VS, O_Q, O_R, O_P, O_V, O_B, _ = _out_tc_layout(C, KP)
+    RB = C // 16
+    TCS = C // 8
+    GS = 4 if TCS % 4 == 0 else (2 if TCS % 2 == 0 else 1)
+    NGS = RB * TCS // GS
+    TCV = INTRA_VB // 8
+    GV = 4
+    NGV = RB * TCV // GV
+    AS, AV = 4 * GS, 4 * GV
+    st_rows = _rows_stager(C, KP, NTH, False)
+    st_val = _rows_stager(C, INTRA_VB, NTH, False)
+    st_state = _rows_stager(KP, INTRA_VB, NTH, True)
+
+    def out(q, k, v, bcum, hs, o, scale):
+        """Chunk x of head y: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
+        T, H, K = q.shape[1], q.shape[2], q.shape[3]
+        V = v.shape[3]
+        kp_rt = 8 * ((K + 7) // 8)
+        sm = cuda.shared.array(0, float32)
+        c = cuda.blockIdx.x
+        bh = cuda.blockIdx.y
+        b = bh // H
+        h = bh % H
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g8 = lane // 4
+        i4 = lane % 4
+        t0 = c * C
+        n = min(C, T - t0)
+        if has_g:
+            for t in range(tid, C, NTH):
+                sm[O_B + t] = bcum[bh, t0 + t]
+        st_rows(sm, O_Q, KS, q, b, h, t0, n, K, 0, tid, False, 0)
+        st_rows(sm, O_R, KS, k, b, h, t0, n, K, 0, tid, False, 0)
+        cuda.syncthreads()  # Q, K rows and b staged
+
+        # -- scores, as in _intra_add_kernel --
+        for grp in range(warp, NGS, NW):
+            pr = 16 * ((grp * GS) // TCS)
+            pc = 8 * ((grp * GS) % TCS)
+            acc = cuda.local.array(AS, float32)
+            for e in range(AS):
+                acc[e] = float32(0.0)
+            live = min(GS, (pr + 15 - pc) // 8 + 1) if pc <= pr + 15 else 0
+            if live > 0:
+                ra = O_Q + (pr + g8) * KS + i4
+                rk = O_R + (pc + g8) * KS + i4
+                for k0 in range(0, kp_rt, 8):
+                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * KS, 4)
+                    _mma_tiles(sm, acc, a0, a1, a2, a3, rk + k0, 8 * KS, 4, GS, live, three)
+            for e in range(GS):
+                for j in range(4):
+                    t = pr + g8 + 8 * (j // 2)
+                    s_ = pc + 8 * e + 2 * i4 + j % 2
+                    x = float32(0.0)
+                    if s_ <= t:
+                        x = acc[4 * e + j]
+                        if has_g:
+                            x *= math.exp(sm[O_B + t] - sm[O_B + s_])  # b_t - b_s <= 0
+                    sm[O_P + t * CS + s_] = x
+        cuda.syncthreads()  # P complete; K's rows are read: R takes the state tile
+        # -- O = scale (gamma Q S_c + P V), VB value columns at a time --
+        for vb in range(0, V, INTRA_VB):
+            st_val(sm, O_V, VS, v, b, h, t0, n, V, vb, tid, False, 0)
+            st_state(sm, O_R, VS, hs, bh, c * KP, V, vb, tid)
+            cuda.syncthreads()  # the value and state tiles staged
+            for grp in range(warp, NGV, NW):
+                pr = 16 * ((grp * GV) // TCV)
+                pc = 8 * ((grp * GV) % TCV)
+                acc = cuda.local.array(AV, float32)
+                for e in range(AV):
+                    acc[e] = float32(0.0)
+                ra = O_Q + (pr + g8) * KS + i4
+                for k0 in range(0, kp_rt, 8):  # S rows past K are zero
+                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * KS, 4)
+                    _mma_tiles(sm, acc, a0, a1, a2, a3, O_R + (k0 + i4) * VS + pc + g8, 8, 4 * VS, GV, GV, three)
+                if has_g:  # gamma_t = exp(b_t) <= 1 on rows g8 and g8 + 8 of the tile
+                    gm0 = math.exp(sm[O_B + pr + g8])
+                    gm1 = math.exp(sm[O_B + pr + g8 + 8])
+                    for e in range(GV):
+                        acc[4 * e] *= gm0
+                        acc[4 * e + 1] *= gm0
+                        acc[4 * e + 2] *= gm1
+                        acc[4 * e + 3] *= gm1
+                ra = O_P + (pr + g8) * CS + i4
+                for k0 in range(0, pr + 16, 8):  # P[t, s] = 0 for s > t
+                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * CS, 4)
+                    _mma_tiles(sm, acc, a0, a1, a2, a3, O_V + (k0 + i4) * VS + pc + g8, 8, 4 * VS, GV, GV, three)
+                for e in range(GV):
+                    for j in range(4):
+                        t = pr + g8 + 8 * (j // 2)
+                        col = vb + pc + 8 * e + 2 * i4 + j % 2
+                        if t < n and col < V:
+                            o[b, t0 + t, h, col] = scale * acc[4 * e + j]
+            cuda.syncthreads()  # both tiles are read: the next pass may stage over them
+
+    if config.ENABLE_CUDASIM:
+        return cuda.jit(out)
+    return cuda.jit(out, launch_bounds=(NTH, 2))
+
+
+# ----------------------------------------------------------------------------------------------------------
 # launching
 # ----------------------------------------------------------------------------------------------------------
 def value_tile(V: int, bv=None) -> int:
@@ -591,20 +771,27 @@ def value_tile(V: int, bv=None) -> int:
     return min(bv, 8 * cdiv(max(V, 1), 8))
 
 
-def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, precision=None, intra=None):
+def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, precision=None, intra=None,
+            schedule=None):
     """Launch r3's intra kernel, then the tensor-core state kernel (the rung contract).
 
     As r3: ``o=None`` means "state only" (``ht`` must be given); ``chunk_size=None`` uses ``DEFAULT_CHUNK``;
     ``h0`` and ``ht`` may be the same array. ``bv`` overrides the value-tile width; ``precision`` is "3xtf32"
-    (float32 accuracy, the default :data:`PRECISION`) or "tf32" (one TF32 product per tile step).
+    (float32 accuracy, the default :data:`PRECISION`) or "tf32" (one TF32 product per tile step); ``intra``
+    picks the fused schedule's intra kernel (:data:`INTRAS`). ``schedule``: "fused" (intra, then the state
+    kernel with the output) or "split" (gates, the state kernel storing every chunk's starting state, then the
+    output of every chunk in parallel); "split" runs only where :func:`split_fits` and its buffer is at most
+    :data:`SPLIT_MAX_BYTES`, else the fused schedule runs (same result within float32 error).
     """
-    for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv, precision, intra):
+    for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv, precision, intra,
+                              schedule):
         launch()
 
 
-def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, precision=None, intra=None):
+def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, precision=None, intra=None,
+             schedule=None):
     """``[(kernel name, launch)]``: what :func:`forward` runs, in order. Validates the arguments and allocates
-    the scratch (r3's buffers)."""
+    the scratch (r3's buffers; the split schedule's ``hs``)."""
     B, T, H, K = q.shape
     V = v.shape[3]
     precision = PRECISION if precision is None else precision
@@ -613,6 +800,9 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     intra = INTRA if intra is None else intra
     if intra not in INTRAS:
         raise ValueError(f"rung {NAME!r}: intra must be one of {INTRAS}, got {intra!r}")
+    schedule = SCHEDULE if schedule is None else schedule
+    if schedule not in SCHEDULES:
+        raise ValueError(f"rung {NAME!r}: schedule must be one of {SCHEDULES}, got {schedule!r}")
     C = r3.check_launch(NAME, chunk_size, K, o, ht)
     KP = r3.padded_k(K)
     BV = value_tile(V, bv)
@@ -622,10 +812,32 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
         return []
     NC = cdiv(T, C)
     vin = T > 0 and r3._rows_aligned(q, k, v)
+    three = precision == "3xtf32"
+    if (schedule == "split" and T > 0 and split_fits(K, V, C, delta, out, vin)
+            and split_bytes(B, T, H, K, V, C) <= SPLIT_MAX_BYTES):
+        bcum = r3._scratch("bcum", (BH, NC * C), stream) if has_g else or_dummy(None, 2)
+        hs = r3._scratch("hs", (BH, NC * KP, V), stream)
+        dummy3 = or_dummy(None, 3)
+        todo = []
+        if has_g:
+            kern_g = _gates_kernel(C)
+            todo.append(("gates", lambda: r3._launch(kern_g, cdiv(BH * NC, GATES_THREADS), GATES_THREADS, 0, stream,
+                                                     (g, bcum))))
+        smem_s = _state_layout(C, KP, BV)[-1] * np.dtype(np.float32).itemsize
+        kern_s = _state_kernel(C, KP, BV, has_g, False, False, h0 is not None, ht is not None, vin, three, True)
+        args_s = (q, k, v, bcum, dummy3, dummy3, dummy3, dummy3, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(None, 4),
+                  np.float32(scale), hs)
+        todo.append(("state", lambda: r3._launch(kern_s, (cdiv(V, BV), BH), _threads(KP, BV), smem_s, stream,
+                                                 args_s)))
+        smem_o = _out_tc_layout(C, KP)[-1] * np.dtype(np.float32).itemsize
+        kern_o = _out_add_kernel(C, KP, has_g, three)
+        args_o = (q, k, v, bcum, hs, o, np.float32(scale))
+        todo.append(("out", lambda: r3._launch(kern_o, (NC, BH), INTRA_THREADS, smem_o, stream, args_o)))
+        return todo
     if intra == "tensor_cores" and T > 0 and intra_tc_fits(K, V, C, delta, out, vin):
         bcum, w, u, qp, u2 = r3.scratch_buffers(BH, NC * C, KP, V, has_g, delta, out, stream)
         smem_a = _intra_tc_layout(C, KP)[-1] * np.dtype(np.float32).itemsize
-        kern_a = _intra_add_kernel(C, KP, has_g, precision == "3xtf32")
+        kern_a = _intra_add_kernel(C, KP, has_g, three)
         args_a = (q, k, v, or_dummy(g, 3), bcum, u2)
         todo = [("intra", lambda: r3._launch(kern_a, (NC, BH), INTRA_THREADS, smem_a, stream, args_a))]
     else:  # r3's intra kernel, launched by r3's own code (which allocates the scratch: the same buffers below)
@@ -634,9 +846,9 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
         bcum, w, u, qp, u2 = r3.scratch_buffers(BH, NC * C, KP, V, has_g, delta, out, stream)
     if T > 0 or ht is not None:
         smem_b = _state_layout(C, KP, BV)[-1] * np.dtype(np.float32).itemsize
-        kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin,
-                               precision == "3xtf32")
-        args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale))
+        kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin, three)
+        args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale),
+                  or_dummy(None, 3))
         todo.append(("state", lambda: r3._launch(kern_b, (cdiv(V, BV), BH), _threads(KP, BV), smem_b, stream,
                                                  args_b)))
     return todo
@@ -668,12 +880,19 @@ def compile_targets():
                             f"state[{tag},o={int(out)},h0={int(has_h0)},ht={int(has_ht)},vec={int(vin)}]",
                             _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, True).py_func,
                             (x4, x4, x4, s2, s3, s3, s3, s3, a4 if has_h0 else s4, a4 if has_ht else s4,
-                             a4 if out else s4, f32),
+                             a4 if out else s4, f32, s3),
                         )
             if vin:
                 yield (f"state[{tag},tf32]", _state_kernel(C, KP, BV, has_g, delta, True, False, False, vin,
                                                            False).py_func,
-                       (x4, x4, x4, s2, s3, s3, s3, s3, s4, s4, a4, f32))
+                       (x4, x4, x4, s2, s3, s3, s3, s3, s4, s4, a4, f32, s3))
                 if not delta:  # the opt-in tensor-core intra kernel (additive family, float32 aligned inputs)
                     yield (f"intra_tc[{rec}]", _intra_add_kernel(C, KP, has_g, True).py_func,
                            (x4, x4, x4, array_type(np.float32, 3) if has_g else s3, s2, s3))
+                    # the split schedule: the state kernel storing S_c (with h0 and ht), the output kernel
+                    yield (f"state[{tag},split]", _state_kernel(C, KP, BV, has_g, False, False, True, True, vin, True,
+                                                                True).py_func,
+                           (x4, x4, x4, s2, s3, s3, s3, s3, a4, a4, s4, f32, s3))
+                    yield (f"out_tc[{rec}]", _out_add_kernel(C, KP, has_g, True).py_func, (x4, x4, x4, s2, s3, a4, f32))
+    yield ("gates[float32]", _gates_kernel(C).py_func, (array_type(np.float32, 3), s2))
+    yield ("gates[float16]", _gates_kernel(C).py_func, (array_type(np.float16, 3), s2))
