@@ -247,21 +247,55 @@ else:
 #   ISETP against 45 HMMA. The fixes, in the order they were found: `vec.ld1` for shared loads, tiles side by side,
 #   the bit-mask split, fresh P2 accumulators (accuracy), U'' loaded early, and the fixed-map stagers. The module
 #   docstring lists the per-kernel times after each step.
-# * **Still one block per (head, value tile) walking the chunks.** The state kernel is 128 blocks of 16 warps at the
-#   standard shape; ncu (`figures/data/probes/h200_ncu_r6_1391814.csv`) shows the warps mostly waiting on fixed
-#   latencies (the chain of three dependent `mma` per tile in 3xTF32) and barriers, with the tensor pipe far
-#   from busy. fla splits the pass: a light sequential kernel that only carries the state and stores it per
-#   chunk, and a fully parallel kernel for the outputs.
+# * **Still one block per (head, value tile) walking the chunks** in the fused schedule. The state kernel is 128
+#   blocks of 16 warps at the standard shape; ncu (`figures/data/probes/h200_ncu_r6_1391814.csv`) shows the warps
+#   mostly waiting on fixed latencies (the chain of three dependent `mma` per tile in 3xTF32) and barriers, with the
+#   tensor pipe far from busy. For plain and decay attention the **split schedule** (the default, section 9) takes
+#   P1 out of that walk, as fla does: the walk only carries the state and stores it per chunk, and a fully parallel
+#   kernel computes every chunk's output from it.
 # * **Registers.** ptxas reports the state kernel at the 128-register cap of a 512-thread block with few or no bytes
 #   spilled (`python -m linattn_numba.compile_check --assemble tensor_cores` prints them per variant).
-# * **The intra kernel** is still r3's FMA code by default: for the delta rule it is half of r3's time, and its
-#   products (`Q Kᵀ`, `K Kᵀ`, the block inverse, W, U, Q', U'') are the next candidates for the tensor cores. For
-#   the additive family a tensor-core version exists as an option (`intra="tensor_cores"`,
-#   `_intra_add_kernel`: `Q Kᵀ` tiles above the diagonal skipped, `P V` stopped at it), checked against the
-#   oracle but not yet timed: the default stays r3's until the H200 says otherwise.
+# * **The intra kernel** of the delta family is still r3's FMA code: for the gated delta rule it is more than half
+#   of r6's time, and its products (`Q Kᵀ`, `K Kᵀ`, the block inverse, W, U, Q', U'') are the next candidates for the
+#   tensor cores. For the additive family the fused schedule's intra kernel runs on the tensor cores
+#   (`_intra_add_kernel`: `Q Kᵀ` tiles above the diagonal skipped, `P V` stopped at it), a little faster than r3's
+#   on the H200 (`figures/data/probes/h200_tune_r6_intra_7741f24.json`).
 # * **Hopper's own instructions** (`wgmma`: warp-group products with operands straight from shared memory, the
 #   TMA copy engine) are the step after `mma.sync`; Numba reaches them only through inline PTX as well.
 #
+# ## 9. The split schedule
+#
+# Plain and decay attention need P1 (`Q S`) only for the output: nothing in the state walk depends on it. The
+# split schedule (`schedule="split"`, the default where it fits) runs three kernels instead of two:
+#
+# | kernel | grid | does |
+# |---|---|---|
+# | `gates` | one thread per (head, chunk) | in-chunk cumulative log-gates (decay only) |
+# | `state` | (V / BV, B H), as before | per chunk: stores S_c to `hs`, then P2 only |
+# | `out` | (chunks, B H) | `scale (diag(γ) Q S_c + tril(Q Kᵀ ⊙ Γ) V)`: `Q S_c` and `P V` in one accumulator |
+#
+# The price is `hs`, every chunk's starting state: B H (T / C) K V floats, written once and read once. The two
+# schedules agree within float32 error:
+
+# %%
+inp = make_inputs(1, 40, 1, 16, 16, "decay", initial_state=True, seed=2)
+d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+outs = {}
+for sched in r6.SCHEDULES:
+    o = cuda.to_device(np.full((1, 40, 1, 16), np.nan, np.float32))
+    names = [n for n, _ in r6.launches(d["q"], d["k"], d["v"], d["g"], None, o, d["initial_state"], None, 0.25, 16,
+                                        schedule=sched)]
+    r6.forward(d["q"], d["k"], d["v"], d["g"], None, o, d["initial_state"], None, 0.25, 16, schedule=sched)
+    outs[sched] = o.copy_to_host()
+    print(f"{sched:6s} kernels {names}")
+o_ref, _ = reference.recurrent(inp["q"], inp["k"], inp["v"], inp["g"], None, scale=0.25,
+                               initial_state=inp["initial_state"])
+for sched, o in outs.items():
+    assert rel_err(o, o_ref) <= TOL_FP32
+    print(f"{sched:6s} rel err {rel_err(o, o_ref):.1e}")
+print(f"hs at the standard shape: {r6.split_bytes(4, 8192, 16, 128, 128, 64) / 2**20:.0f} MiB")
+
+# %% [markdown]
 # ## Exercises
 #
 # 1. From `mma.fragment_a` and `mma.fragment_c`, show that P2's four tiles of one warp (same rows, four column

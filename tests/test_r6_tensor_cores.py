@@ -174,10 +174,13 @@ def test_module_contract():
     assert r6.CHUNK_SIZES == r3.CHUNK_SIZES and r6.DEFAULT_CHUNK in r6.CHUNK_SIZES
     labels = [label for label, _, _ in r6.compile_targets()]
     # per recurrence: float32 x (4 with o, 2 without), float16 x 2 (h0 and ht, with and without o), TF32 x 1;
-    # and the tensor-core intra kernel of the two additive recurrences
-    assert len(labels) == len(set(labels)) == 4 * (6 + 2 + 1) + 2
-    assert all(label.startswith(("state[", "intra_tc[")) for label in labels)
-    assert r6.INTRAS == ("r3", "tensor_cores") and r6.INTRA == "r3"  # the measured default
+    # a tensor-core intra kernel each; the two additive recurrences: the split schedule's state and output kernels;
+    # the gates kernel for float32 and float16 gates
+    assert len(labels) == len(set(labels)) == 4 * (6 + 2 + 1 + 1) + 2 * 2 + 2
+    assert all(label.startswith(("state[", "intra_tc[", "out_tc[", "gates[")) for label in labels)
+    # the measured defaults (module docstring): split for the additive family, the tensor-core intra kernel
+    assert r6.INTRAS == ("r3", "tensor_cores") and r6.INTRA == "tensor_cores"
+    assert r6.SCHEDULES == ("fused", "split") and r6.SCHEDULE == "split"
 
 
 _COMPILE_SCRIPT = """
@@ -224,24 +227,94 @@ TC_INTRA = [(1, 16, 16, 8), (37, 16, 20, 12), (45, 32, 8, 20), (70, 64, 24, 68)]
 @pytest.mark.parametrize("recurrence", ["plain", "decay"])
 @pytest.mark.parametrize("T,chunk,K,V", TC_INTRA, ids=lambda x: str(x))
 def test_tensor_core_intra_matches_recurrent(recurrence, T, chunk, K, V):
-    """intra="tensor_cores": the additive intra kernel on the tensor cores (scores tiles above the diagonal
-    skipped, P V's steps stopped at it, V in passes of 64 columns) against the float64 recurrence; it is the one
-    that runs (intra_tc_fits), and its outputs are r3-intra's within float32 error."""
+    """intra="tensor_cores" (fused schedule): the additive intra kernel on the tensor cores (scores tiles above
+    the diagonal skipped, P V's steps stopped at it, V in passes of 64 columns) against the float64 recurrence; it
+    is the one that runs (intra_tc_fits), and its outputs are r3-intra's within float32 error."""
     inp = make(1, T, 1, K, V, recurrence, seed=T + K + V)
     assert r6.intra_tc_fits(K, V, chunk, False, True, True)
+    check(inp, chunk, intra="tensor_cores", schedule="fused")
+    o_tc, h_tc = run(inp, chunk, intra="tensor_cores", schedule="fused")
+    o_r3, h_r3 = run(inp, chunk, intra="r3", schedule="fused")
+    assert rel_err(o_tc, o_r3) <= TOL_FP32 and rel_err(h_tc, h_r3) <= TOL_FP32
+
+
+# (T, chunk, K, V): as TC_INTRA, and C = 64 with two 16-row block rows of the inverse below the first
+TC_DELTA = [(1, 16, 16, 8), (37, 16, 20, 12), (45, 32, 8, 20), (70, 64, 24, 68)]
+
+
+@pytest.mark.parametrize("recurrence", ["delta", "gated_delta"])
+@pytest.mark.parametrize("T,chunk,K,V", TC_DELTA, ids=lambda x: str(x))
+def test_tensor_core_delta_intra_matches_recurrent(recurrence, T, chunk, K, V):
+    """intra="tensor_cores" for the delta family: scores, W, Q', U and U'' as 3xTF32 tiles around r3's block
+    inverse, against the float64 recurrence; it is the one that runs, and its scratch outputs give r3-intra's
+    results within float32 error."""
+    inp = make(1, T, 1, K, V, recurrence, seed=T + K + V + 2)
+    assert r6.intra_delta_tc_fits(K, V, chunk, True, True, True)
     check(inp, chunk, intra="tensor_cores")
     o_tc, h_tc = run(inp, chunk, intra="tensor_cores")
-    o_r3, h_r3 = run(inp, chunk)
+    o_r3, h_r3 = run(inp, chunk, intra="r3")
     assert rel_err(o_tc, o_r3) <= TOL_FP32 and rel_err(h_tc, h_r3) <= TOL_FP32
 
 
 def test_tensor_core_intra_falls_back_and_checks_its_name():
-    """The delta family, state-only runs and float16 inputs keep r3's intra kernel (still correct with the
-    option set); an unknown intra name is refused."""
-    assert not r6.intra_tc_fits(16, 8, 16, True, True, True)  # delta
+    """State-only runs and float16 inputs keep r3's intra kernel (still correct with the option set); an unknown
+    intra name is refused."""
+    assert not r6.intra_tc_fits(16, 8, 16, True, True, True)  # delta: its own kernel
+    assert r6.intra_delta_tc_fits(16, 8, 16, True, True, True)
     assert not r6.intra_tc_fits(16, 8, 16, False, False, True)  # state only
+    assert not r6.intra_delta_tc_fits(16, 8, 16, True, False, True)
     assert not r6.intra_tc_fits(16, 8, 16, False, True, False)  # float16 / unaligned
-    check(make(1, 20, 1, 16, 8, "gated_delta", seed=21), 16, intra="tensor_cores")
-    check(make(1, 20, 1, 16, 8, "decay", seed=22, dtype=np.float16), 16, intra="tensor_cores", tol=TOL_FP32)
+    assert not r6.intra_delta_tc_fits(16, 8, 16, True, True, False)
+    check(make(1, 20, 1, 16, 8, "gated_delta", seed=21, dtype=np.float16), 16, intra="tensor_cores", tol=TOL_FP32)
+    check(make(1, 20, 1, 16, 8, "decay", seed=22, dtype=np.float16), 16, intra="tensor_cores", schedule="fused",
+          tol=TOL_FP32)
     with pytest.raises(ValueError, match="intra must be one of"):
         run(make(1, 4, 1, 8, 8, "plain", seed=23), 16, intra="wmma")
+
+
+# (T, chunk, K, V, h0, ht): one chunk without a final state, a short last chunk, C = 64 with V past one value pass
+SPLIT = [(1, 16, 16, 8, True, False), (37, 16, 20, 12, True, True), (70, 64, 24, 68, False, True)]
+
+
+def _kernel_names(inp, chunk, **kw):
+    B, T, H, K = inp["q"].shape
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    o = cuda.device_array((B, T, H, inp["v"].shape[3]), np.float32)
+    return [name for name, _ in r6.launches(d["q"], d["k"], d["v"], d["g"], d["beta"], o, None, None, 0.5, chunk,
+                                            **kw)]
+
+
+@pytest.mark.parametrize("recurrence", ["plain", "decay"])
+@pytest.mark.parametrize("T,chunk,K,V,with_h0,with_ht", SPLIT, ids=lambda x: str(x))
+def test_split_schedule_matches_recurrent(recurrence, T, chunk, K, V, with_h0, with_ht):
+    """The split schedule (the default for the additive family): per-chunk states stored by the state kernel,
+    the output of every chunk from them (``Q S_c`` and ``P V`` in one accumulator, the gate per row between),
+    against the float64 recurrence; it is the one that runs, and agrees with the fused schedule."""
+    inp = make(1, T, 1, K, V, recurrence, seed=T + K + V + 1)
+    names = _kernel_names(inp, chunk)
+    assert names == (["gates"] if recurrence == "decay" else []) + ["state", "out"]
+    check(inp, chunk, with_h0, with_ht)
+    o_s, h_s = run(inp, chunk, with_h0, with_ht, schedule="split")
+    o_f, h_f = run(inp, chunk, with_h0, with_ht, schedule="fused")
+    assert rel_err(o_s, o_f) <= TOL_FP32
+    if with_ht:
+        assert rel_err(h_s, h_f) <= TOL_FP32
+
+
+def test_split_schedule_falls_back(monkeypatch):
+    """Where the split schedule cannot run the fused one does, still correct: the delta family (its P1 feeds the
+    state), state-only calls, float16 inputs, and a state buffer over SPLIT_MAX_BYTES; an unknown schedule is
+    refused."""
+    dec = make(1, 20, 1, 16, 8, "decay", seed=31)
+    assert r6.split_bytes(1, 20, 1, 16, 8, 16) == 2 * 16 * 8 * 4
+    assert _kernel_names(make(1, 20, 1, 16, 8, "gated_delta", seed=32), 16) == ["intra", "state"]
+    assert _kernel_names(make(1, 20, 1, 16, 8, "decay", seed=33, dtype=np.float16), 16) == ["intra", "state"]
+    monkeypatch.setattr(r6, "SPLIT_MAX_BYTES", r6.split_bytes(1, 20, 1, 16, 8, 16) - 1)
+    assert _kernel_names(dec, 16) == ["intra", "state"]
+    check(dec, 16)
+    monkeypatch.undo()
+    assert _kernel_names(dec, 16) == ["gates", "state", "out"]
+    _, ht = run(dec, 16, with_o=False)  # state only: the fused schedule's state pass
+    assert rel_err(ht, oracle(dec)[1]) <= TOL_FP32
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        run(make(1, 4, 1, 8, 8, "plain", seed=34), 16, schedule="interleaved")

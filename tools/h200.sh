@@ -14,6 +14,8 @@
 #     r6_split  r6's two schedules for the additive family (fused: intra then state with the output; split: states
 #               stored per chunk, then every chunk's output in parallel), per kernel; then the bench of r6 under
 #               the split schedule beside fla's chunk kernels (plain, decay)
+#     r6_delta  r6's intra kernels for the delta family (r3's, tensor cores), per kernel; then the bench of r1 and r6
+#               for all four recurrences beside fla's chunk kernels (the standard shape)
 #     long_engines  r4 at the two long-context shapes with each engine (r3 shared, r6 tensor_cores) and fla chunk
 #               (tools/r4_engine_probe.py; a probe file for figures/data/probes/)
 #     sanitize  compute-sanitizer memcheck, racecheck, synccheck on r2-r5 at a mid-size shape
@@ -92,6 +94,13 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
         --recurrences plain,decay --fla chunk --out "$out/h200_r6_split_$sha.json" 2>&1 | tail -30 \
         | tee -a "$out/r6_split.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
+    r6_delta)
+      timeout 200 python3 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra r3,tensor_cores \
+        --schedule fused --recurrences delta,gated_delta --out "$out/h200_tune_r6_delta_$sha.json" 2>&1 \
+        | grep -v "NumbaPerformanceWarning\|warn(errors" | tee "$out/r6_delta.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+      bench --rungs recurrent,tensor_cores --fla chunk --out "$out/h200_r6_$sha.json" | tee -a "$out/r6_delta.log" \
+        || rc=1;;
     long_engines)
       timeout 400 python3 tools/r4_engine_probe.py --out "$out/h200_r4_engines_$sha.json" 2>&1 \
         | grep -v "NumbaPerformanceWarning\|warn(errors" | tee "$out/long_engines.log"

@@ -215,7 +215,8 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
 # the tokens (a block per SM, all blocks in one wave at the standard shape): the call's time / T. The scan's cost
 # is per token-head when its segments fill the GPU: the call's time / (B H T).
 SEQ_US_PER_TOKEN = {"recurrent": (0.43, 0.50), "shared": (0.35, 0.70),  # 3.48 / 4.06 ms, 2.90 / 5.71 ms over 8192
-                    "tensor_cores": (0.261, 0.529)}  # 2.14 / 4.33 ms (figures/data/h200_r6_0374507.json)
+                    # 1.86 ms, split schedule (figures/data/h200_r6_split_c20ff61.json) / 4.33 ms (h200_r6_0374507.json)
+                    "tensor_cores": (0.226, 0.529)}
 SCAN_NS_PER_TOKEN_HEAD = (8.7, 35.6)  # 18.2 ms over 2 x 1,048,576 (decay); 18.7 ms over 2 x 262,144 (gated delta)
 SCAN_MARGIN = 0.8  # the scan must be estimated at least this much faster (the model has two points per family)
 
@@ -245,7 +246,7 @@ def auto_rung(T: int, K: int, V: int, recurrence: str | None = None, chunk_size:
     """The rung ``rung="auto"`` uses for a shape: the fastest landed rung measured correct on the H200.
 
     From ``figures/data`` (B4 T8192 H16 K=V=128, float32): for the additive recurrences (plain, decay) r6
-    ``tensor_cores`` (3xTF32, float32 accuracy) is ahead of r3 ``shared`` and r5 ``warp_roles``, which are within a
+    ``tensor_cores`` (3xTF32, float32 accuracy; its split schedule) is ahead of r3 ``shared`` and r5 ``warp_roles``, which are within a
     few percent of each other and ahead of r1 ``recurrent``; for the delta rule and the gated delta rule r1
     ``recurrent`` is the fastest rung (its state pass does one K x V update per token; the chunked rungs pay for
     the WY solve and the [W; Q'] S product). So: K <= 128 picks ``tensor_cores`` (additive, or recurrence

@@ -41,8 +41,9 @@ Per kernel for decay (``figures/data/probes``): the state kernel went from 3.83 
 (``h200_tune_r6_a24d276.json``, before the stagers) and 1.38 ms (``h200_tune_r6_0374507.json``); the intra
 kernel (r3's) is 0.75 ms of the rest. The bench JSON in ``figures/data`` has the whole rung.
 
-The intra kernel (gates, scores, the WY solve, Q' and U'') is r3's, launched by r3's code with r3's scratch; only
-the state kernel is new, so ``diff`` against r3's ``_state_kernel`` shows the lesson.
+The delta family's intra kernel (gates, scores, the WY solve, Q' and U'') is r3's, launched by r3's code with r3's
+scratch, so ``diff`` against r3's ``_state_kernel`` shows the lesson; the additive family's runs on the tensor cores
+too (below).
 
 Thread map (grid ``(ceil(V / BV), B H)`` as r3; block ``32 max(1, KP BV / 512)`` threads: 512 at K = 128,
 BV = 64)::
@@ -57,23 +58,40 @@ BV = 64)::
         loops for float16 or unaligned inputs; gates and prefetch: r3's helpers (_chunk_gates, _prefetch_chunk);
         the P1 epilogue (V_new = (U - X) gamma_C / gamma_t in place, or o = scale (X gamma + U'')) per element
 
-Opt in, not yet timed: ``intra="tensor_cores"`` (:func:`_intra_add_kernel`) replaces r3's intra kernel for the
-additive family with the output (float32 inputs with aligned rows): its two products, ``Q Kᵀ`` and ``P V``, as
-3xTF32 tiles (score tiles wholly above the diagonal skipped, P V's steps stopped at it), 8 warps per chunk. At
-C = 64, K = 128: 96 registers, no spills, 101.5 KB of shared memory (two blocks per SM). r3's intra kernel is
-0.75 ms of r6's 2.14 ms for decay at the standard shape; ``tools/h200.sh r6_intra`` times the two side by side,
-and the default (:data:`INTRA`) changes only on that measurement.
+The split schedule (the default for the additive family: :data:`SCHEDULE`)
+--------------------------------------------------------------------------
+The fused schedule above keeps P1 (``Q S``, the output's inter-chunk part) in the sequential chunk walk, although
+for plain and decay attention nothing later depends on it. ``schedule="split"`` takes it out, as fla's chunk
+kernels do, at the price of one buffer of every chunk's starting state::
 
-Shared memory: r3's layout, but the rows of S and V_new are padded by 8 floats instead of 4, so that the B
-fragments (lanes 4g + i read row k0 + i, column c0 + g) fall in 32 distinct banks; the row blocks keep r3's
-4-float padding, which serves P1's A fragments (row g, column i) the same way.
+    gates   (heads x chunks threads)       bcum = in-chunk cumulative log-gates                     (decay only)
+    state   grid (V / BV, B H), as above   per chunk: hs[c] = S, then S <- gamma_C S + K^T diag(gamma_C/gamma) V
+                                           (P2 only: no P1, no output, Q and U'' never read)
+    out     grid (NT, B H), 256 threads     O = scale (diag(gamma) Q hs[c] + tril(Q K^T ⊙ Γ) V), every chunk at once:
+                                           scores as 3xTF32 tiles into P (shared), then per 64 value columns
+                                           acc = Q S_c (K / 8 steps), acc *= gamma_t, acc += P V (steps up to the
+                                           diagonal) in the same accumulators (:func:`_out_add_kernel`)
+
+Bytes: ``hs`` is B H NT K V floats (512 MiB at B4 T8192 H16 K=V=128, written once and read once), where the
+fused schedule writes and reads U'' (B T H V floats, 256 MiB) instead. H200, decay at the standard shape
+(``figures/data/probes/h200_tune_r6_split_c20ff61.json``): fused 2.13 ms (intra 0.70 + state 1.42) against
+split 1.86 ms (gates 0.02 + state 0.76 + out 1.05); plain 1.97 against 1.72. The state pass halves, as its P1 is
+gone; the output kernel is now the larger part, at 0.35 of the H200's copy bandwidth for the 1.6 GB it moves
+(its 3xTF32 products and staging are not overlapped: one chunk per block, two blocks per SM). With one TF32
+product per step (``precision="tf32"``, fla's accuracy) the split schedule takes 1.30 / 1.42 ms (plain / decay)
+against fla's 0.81 / 0.87 ms in the same run (``figures/data/h200_r6_split_c20ff61.json``).
+
+It runs where :func:`split_fits` (float32 inputs with aligned rows, the output wanted) and ``hs`` is at most
+:data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta family (whose P1 ``W S`` feeds the state), the fused
+schedule runs. Its intra kernel for the additive family is the tensor-core one (:func:`_intra_add_kernel`,
+:data:`INTRA`: 0.60 / 0.70 ms against r3's 0.68 / 0.75 for plain / decay, ``probes/h200_tune_r6_intra_7741f24.json``).
 
 Status: checked against the float64 oracle in the simulator (where the mma is a warp rendezvous that computes
 the tile product from every lane's fragments), compiled and assembled for sm_90, in the GPU test tier on the
 H200, and timed there by the bench: faster than r3 for every recurrence at the standard shape, so ``auto`` picks
-it for the additive recurrences (r1 stays faster for the delta family). Still far from fla's TF32 chunk kernels:
-the state pass stays one block per (head, value tile) walking the chunks, and the intra kernel (r3's) runs on
-the FMA units.
+it for the additive recurrences (r1 stays faster for the delta family). Still slower than fla's TF32 chunk
+kernels: 3xTF32 triples the tensor-core work, and neither the state walk nor the output kernel overlaps its loads
+with its products (fla's Triton kernels pipeline them).
 """
 
 from __future__ import annotations
@@ -454,10 +472,10 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three, stor
 
 
 # ----------------------------------------------------------------------------------------------------------
-# the additive intra kernel on the tensor cores (opt in: intra="tensor_cores"; not yet timed on the H200)
+# the additive intra kernel on the tensor cores (the fused schedule's default for float32 aligned inputs)
 # ----------------------------------------------------------------------------------------------------------
 INTRAS = ("r3", "tensor_cores")
-INTRA = "r3"  # the default of forward(intra=...): r3's FMA kernel, the one measured on the H200
+INTRA = "tensor_cores"  # the default of forward(intra=...): faster than r3's on the H200 (module docstring)
 INTRA_THREADS = 256  # 8 warps: 2 blocks of ~104 KB shared memory per SM at C = 64, K = 128
 INTRA_VB = 64  # value columns per pass of U'' = P V
 
@@ -590,10 +608,262 @@ def _intra_add_kernel(C, KP, has_g, three):
 
 
 # ----------------------------------------------------------------------------------------------------------
+# the delta family's intra kernel on the tensor cores (the WY solve's products; the block inverse stays r3's)
+# ----------------------------------------------------------------------------------------------------------
+def _intra_delta_layout(C, KP):
+    """(KS, CS, VS, offsets of Q, K, Aqk, A, T, b, beta, g, total floats) of :func:`_intra_delta_kernel`. Q's rows
+    later hold W [C, KP], then the U tile [C, VB]; K's rows (diag(beta gamma) K after the scores) later the staged
+    diag(beta) V tile; T is r3's block-inversion scratch."""
+    KS, CS, VS = KP + 4, C + 4, INTRA_VB + 8
+    o_q = 0
+    o_k = o_q + C * max(KS, VS)
+    o_aqk = o_k + C * max(KS, VS)
+    o_la = o_aqk + C * CS
+    o_t = o_la + C * CS
+    o_b = o_t + max(C // 16 - 1, 1) * 256 + 16 * C
+    o_beta = o_b + C
+    o_g = o_beta + C
+    return KS, CS, VS, o_q, o_k, o_aqk, o_la, o_t, o_b, o_beta, o_g, o_g + C
+
+
+def intra_delta_tc_fits(K, V, C, delta, out, vin) -> bool:
+    """Whether :func:`_intra_delta_kernel` can replace r3's intra kernel: the delta family with the output,
+    float32 inputs with aligned rows."""
+    KP = r3.padded_k(K)
+    return (delta and out and vin and _stager_fits(KP, INTRA_THREADS) and _stager_fits(INTRA_VB, INTRA_THREADS)
+            and C % 16 == 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _intra_delta_kernel(C, KP, has_g, three):
+    """r3's intra kernel for the delta rule with output (what it writes: ``bcum``, ``w``, ``u``, ``qp``, ``u2``;
+    shapes in r3's docstring), its six products as 3xTF32 tiles, one chunk of one head per block:
+
+        scores  Q Kᵀ and K Kᵀ (16 x 8 tiles, those wholly above the diagonal skipped) -> Aqk, Lkk (gated, masked)
+        A = (I + Lkk)^-1                 r3's blocked inversion on the FMA units (16 x 16 diagonal blocks)
+        W = A diag(beta gamma) K          [C, C] x [C, KP], steps up to the diagonal (A is lower triangular)
+        Q' = diag(gamma) Q - Aqk W        [C, C] x [C, KP]
+        U = A diag(beta) V, U'' = Aqk U   [C, C] x [C, VB], VB value columns at a time
+    """
+    NTH = INTRA_THREADS
+    NW = NTH // 32
+    KS, CS, VS, O_Q, O_K, O_AQK, O_LA, O_T, O_B, O_BETA, O_G, _ = _intra_delta_layout(C, KP)
+    NB = C // 16
+    RB = C // 16
+    TCS = C // 8
+    GS = 4 if TCS % 4 == 0 else (2 if TCS % 2 == 0 else 1)
+    NGS = RB * TCS // GS
+    TCK = KP // 8
+    GK = 4 if TCK % 4 == 0 else (2 if TCK % 2 == 0 else 1)  # tiles side by side of the [C, KP] products
+    NGK = RB * TCK // GK
+    TCV = INTRA_VB // 8
+    GV = 4
+    NGV = RB * TCV // GV
+    AS, AK, AV = 4 * GS, 4 * GK, 4 * GV
+    st_rows = _rows_stager(C, KP, NTH, False)
+    st_val = _rows_stager(C, INTRA_VB, NTH, False)
+
+    def intra(q, k, v, g, beta, bcum, w, u, qp, u2):
+        """Chunk x of head y (module docstring of r3 for the outputs)."""
+        T, H, K = q.shape[1], q.shape[2], q.shape[3]
+        V = v.shape[3]
+        kp_rt = 8 * ((K + 7) // 8)
+        sm = cuda.shared.array(0, float32)
+        c = cuda.blockIdx.x
+        bh = cuda.blockIdx.y
+        b = bh // H
+        h = bh % H
+        tid = cuda.threadIdx.x
+        warp = tid // 32
+        lane = tid % 32
+        g8 = lane // 4
+        i4 = lane % 4
+        t0 = c * C
+        n = min(C, T - t0)
+        for t in range(tid, C, NTH):
+            if has_g:
+                sm[O_G + t] = float32(g[b, t0 + t, h]) if t < n else float32(0.0)
+            sm[O_BETA + t] = float32(beta[b, t0 + t, h]) if t < n else float32(0.0)
+        st_rows(sm, O_Q, KS, q, b, h, t0, n, K, 0, tid, False, 0)
+        st_rows(sm, O_K, KS, k, b, h, t0, n, K, 0, tid, False, 0)
+        cuda.syncthreads()  # rows, gates and beta staged
+        if has_g:
+            for t in range(tid, C, NTH):
+                acc = float32(0.0)
+                for s in range(min(t, n - 1) + 1):
+                    acc += sm[O_G + s]
+                sm[O_B + t] = acc
+                bcum[bh, t0 + t] = acc
+            cuda.syncthreads()  # b_s of every row is read by the score epilogues
+
+        # -- scores: Q Kᵀ (groups 0 .. NGS - 1) and K Kᵀ (NGS .. 2 NGS - 1), GS tiles side by side per warp --
+        for grp in range(warp, 2 * NGS, NW):
+            kk = grp >= NGS
+            gq = grp - NGS if kk else grp
+            pr = 16 * ((gq * GS) // TCS)
+            pc = 8 * ((gq * GS) % TCS)
+            acc = cuda.local.array(AS, float32)
+            for e in range(AS):
+                acc[e] = float32(0.0)
+            live = min(GS, (pr + 15 - pc) // 8 + 1) if pc <= pr + 15 else 0
+            if live > 0:
+                ra = (O_K if kk else O_Q) + (pr + g8) * KS + i4
+                rk = O_K + (pc + g8) * KS + i4  # Kᵀ[k0 + i, s] = K[s, k0 + i]
+                for k0 in range(0, kp_rt, 8):
+                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * KS, 4)
+                    _mma_tiles(sm, acc, a0, a1, a2, a3, rk + k0, 8 * KS, 4, GS, live, three)
+            for e in range(GS):
+                for j in range(4):
+                    t = pr + g8 + 8 * (j // 2)
+                    s_ = pc + 8 * e + 2 * i4 + j % 2
+                    x = float32(0.0)
+                    if s_ < t or (s_ == t and not kk):
+                        x = acc[4 * e + j]
+                        if has_g:
+                            x *= math.exp(sm[O_B + t] - sm[O_B + s_])  # b_t - b_s <= 0
+                        if kk:
+                            x *= sm[O_BETA + t]
+                    sm[(O_LA if kk else O_AQK) + t * CS + s_] = x
+        cuda.syncthreads()  # Aqk and Lkk complete; Q's rows are free (W goes there)
+
+        # diag(beta gamma) K in place (only W reads it from now on)
+        for e in range(tid, C * KP, NTH):
+            t = e // KP
+            f = sm[O_BETA + t]
+            if has_g:
+                f *= math.exp(sm[O_B + t])
+            sm[O_K + t * KS + e % KP] *= f
+        # A = (I + Lkk)^-1 as r3 computes it: diagonal blocks by forward substitution, one column per thread ...
+        dblk = tid // 16
+        jc = tid % 16
+        dbase = O_LA + (16 * dblk) * CS + 16 * dblk
+        if tid < C:
+            for i in range(16):
+                a = float32(1.0) if i == jc else float32(0.0)
+                for m in range(i):
+                    a -= sm[dbase + i * CS + m] * sm[O_T + m * C + tid]
+                sm[O_T + i * C + tid] = a
+        cuda.syncthreads()  # every diagonal block of L has been read (and diag(beta gamma) K is complete)
+        if tid < C:
+            for i in range(jc, 16):
+                sm[dbase + i * CS + jc] = sm[O_T + i * C + tid]
+        cuda.syncthreads()  # the diagonal blocks of A are in place
+        # ... then block row I from the rows above: A_IJ = -A_II sum_{J <= M < I} L_IM A_MJ, J < I
+        for bi in range(1, NB):
+            for e in range(tid, bi * 256, NTH):
+                bj = e // 256
+                r = (e // 16) % 16
+                cc = e % 16
+                a = float32(0.0)
+                for m in range(16 * bj, 16 * bi):
+                    a += sm[O_LA + (16 * bi + r) * CS + m] * sm[O_LA + m * CS + 16 * bj + cc]
+                sm[O_T + e] = a
+            cuda.syncthreads()  # T complete; block row bi of L read
+            for e in range(tid, bi * 256, NTH):
+                bj = e // 256
+                r = (e // 16) % 16
+                cc = e % 16
+                a = float32(0.0)
+                for m in range(r + 1):
+                    a += sm[O_LA + (16 * bi + r) * CS + 16 * bi + m] * sm[O_T + bj * 256 + m * 16 + cc]
+                sm[O_LA + (16 * bi + r) * CS + 16 * bj + cc] = -a
+            cuda.syncthreads()  # block row bi of A complete
+
+        # -- W = A diag(beta gamma) K: to w, and to Q's rows for Q' --
+        for grp in range(warp, NGK, NW):
+            pr = 16 * ((grp * GK) // TCK)
+            pc = 8 * ((grp * GK) % TCK)
+            acc = cuda.local.array(AK, float32)
+            for e in range(AK):
+                acc[e] = float32(0.0)
+            ra = O_LA + (pr + g8) * CS + i4
+            for k0 in range(0, pr + 16, 8):  # A[t, s] = 0 for s > t
+                a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * CS, 4)
+                _mma_tiles(sm, acc, a0, a1, a2, a3, O_K + (k0 + i4) * KS + pc + g8, 8, 4 * KS, GK, GK, three)
+            for e in range(GK):
+                col = pc + 8 * e + 2 * i4
+                for hf in range(2):
+                    row = pr + g8 + 8 * hf
+                    st2(w, (bh, t0 + row, col), (acc[4 * e + 2 * hf], acc[4 * e + 2 * hf + 1]))
+                    sm[O_Q + row * KS + col] = acc[4 * e + 2 * hf]
+                    sm[O_Q + row * KS + col + 1] = acc[4 * e + 2 * hf + 1]
+        cuda.syncthreads()  # W complete in Q's rows
+        # -- Q' = diag(gamma) Q - Aqk W (Q read again from global: its rows hold W now) --
+        for grp in range(warp, NGK, NW):
+            pr = 16 * ((grp * GK) // TCK)
+            pc = 8 * ((grp * GK) % TCK)
+            acc = cuda.local.array(AK, float32)
+            for e in range(AK):
+                acc[e] = float32(0.0)
+            ra = O_AQK + (pr + g8) * CS + i4
+            for k0 in range(0, pr + 16, 8):
+                a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * CS, 4)
+                _mma_tiles(sm, acc, a0, a1, a2, a3, O_Q + (k0 + i4) * KS + pc + g8, 8, 4 * KS, GK, GK, three)
+            for e in range(GK):
+                col = pc + 8 * e + 2 * i4
+                for hf in range(2):
+                    row = pr + g8 + 8 * hf
+                    x0 = float32(0.0)
+                    x1 = float32(0.0)
+                    if row < n:
+                        gm = math.exp(sm[O_B + row]) if has_g else float32(1.0)
+                        if col < K:
+                            x0 = float32(q[b, t0 + row, h, col]) * gm
+                        if col + 1 < K:
+                            x1 = float32(q[b, t0 + row, h, col + 1]) * gm
+                    st2(qp, (bh, t0 + row, col), (x0 - acc[4 * e + 2 * hf], x1 - acc[4 * e + 2 * hf + 1]))
+        cuda.syncthreads()  # W and diag(beta gamma) K are read: their rows take the U and V tiles
+
+        # -- U = A diag(beta) V (to u, and to Q's rows), then U'' = Aqk U (to u2), VB value columns at a time --
+        for vb in range(0, V, INTRA_VB):
+            st_val(sm, O_K, VS, v, b, h, t0, n, V, vb, tid, True, O_BETA)
+            cuda.syncthreads()  # diag(beta) V tile staged
+            for grp in range(warp, NGV, NW):
+                pr = 16 * ((grp * GV) // TCV)
+                pc = 8 * ((grp * GV) % TCV)
+                acc = cuda.local.array(AV, float32)
+                for e in range(AV):
+                    acc[e] = float32(0.0)
+                ra = O_LA + (pr + g8) * CS + i4
+                for k0 in range(0, pr + 16, 8):
+                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * CS, 4)
+                    _mma_tiles(sm, acc, a0, a1, a2, a3, O_K + (k0 + i4) * VS + pc + g8, 8, 4 * VS, GV, GV, three)
+                for e in range(GV):
+                    col = pc + 8 * e + 2 * i4
+                    for hf in range(2):
+                        row = pr + g8 + 8 * hf
+                        if vb + col < V:
+                            st2(u, (bh, t0 + row, vb + col), (acc[4 * e + 2 * hf], acc[4 * e + 2 * hf + 1]))
+                        sm[O_Q + row * VS + col] = acc[4 * e + 2 * hf]
+                        sm[O_Q + row * VS + col + 1] = acc[4 * e + 2 * hf + 1]
+            cuda.syncthreads()  # the U tile complete
+            for grp in range(warp, NGV, NW):
+                pr = 16 * ((grp * GV) // TCV)
+                pc = 8 * ((grp * GV) % TCV)
+                acc = cuda.local.array(AV, float32)
+                for e in range(AV):
+                    acc[e] = float32(0.0)
+                ra = O_AQK + (pr + g8) * CS + i4
+                for k0 in range(0, pr + 16, 8):
+                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * CS, 4)
+                    _mma_tiles(sm, acc, a0, a1, a2, a3, O_Q + (k0 + i4) * VS + pc + g8, 8, 4 * VS, GV, GV, three)
+                for e in range(GV):
+                    col = vb + pc + 8 * e + 2 * i4
+                    if col < V:
+                        for hf in range(2):
+                            st2(u2, (bh, t0 + pr + g8 + 8 * hf, col), (acc[4 * e + 2 * hf], acc[4 * e + 2 * hf + 1]))
+            cuda.syncthreads()  # both tiles read: the next pass stages over them
+
+    if config.ENABLE_CUDASIM:
+        return cuda.jit(intra)
+    return cuda.jit(intra, launch_bounds=(NTH, 2))
+
+
+# ----------------------------------------------------------------------------------------------------------
 # the split schedule (additive family): states first, then every chunk's output in parallel
 # ----------------------------------------------------------------------------------------------------------
 SCHEDULES = ("fused", "split")
-SCHEDULE = "fused"  # the default of forward(schedule=...)
+SCHEDULE = "split"  # the default of forward(schedule=...): faster on the H200 (module docstring)
 SPLIT_MAX_BYTES = 4 << 30  # the largest per-chunk state buffer (hs) the split schedule allocates
 GATES_THREADS = 128
 
@@ -773,7 +1043,8 @@ def value_tile(V: int, bv=None) -> int:
 
 def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, precision=None, intra=None,
             schedule=None):
-    """Launch r3's intra kernel, then the tensor-core state kernel (the rung contract).
+    """Launch the split schedule's three kernels, or an intra kernel and the tensor-core state kernel (the rung
+    contract).
 
     As r3: ``o=None`` means "state only" (``ht`` must be given); ``chunk_size=None`` uses ``DEFAULT_CHUNK``;
     ``h0`` and ``ht`` may be the same array. ``bv`` overrides the value-tile width; ``precision`` is "3xtf32"
@@ -840,6 +1111,12 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
         kern_a = _intra_add_kernel(C, KP, has_g, three)
         args_a = (q, k, v, or_dummy(g, 3), bcum, u2)
         todo = [("intra", lambda: r3._launch(kern_a, (NC, BH), INTRA_THREADS, smem_a, stream, args_a))]
+    elif intra == "tensor_cores" and T > 0 and intra_delta_tc_fits(K, V, C, delta, out, vin):
+        bcum, w, u, qp, u2 = r3.scratch_buffers(BH, NC * C, KP, V, has_g, delta, out, stream)
+        smem_a = _intra_delta_layout(C, KP)[-1] * np.dtype(np.float32).itemsize
+        kern_a = _intra_delta_kernel(C, KP, has_g, three)
+        args_a = (q, k, v, or_dummy(g, 3), beta, bcum, w, u, qp, u2)
+        todo = [("intra", lambda: r3._launch(kern_a, (NC, BH), INTRA_THREADS, smem_a, stream, args_a))]
     else:  # r3's intra kernel, launched by r3's own code (which allocates the scratch: the same buffers below)
         todo = [(name, fn) for name, fn in r3.launches(q, k, v, g, beta, o, h0, ht, scale, C, stream)
                 if name == "intra"]
@@ -858,7 +1135,8 @@ def compile_targets():
     """``(label, py_func, argtypes)`` for the state-kernel variants at the default configuration (C = 64,
     K <= 128, BV = 64, 3xTF32): 4 recurrences x (float32 inputs, with 128-bit loads, x output or state only x h0
     x ht; float16 inputs, which change only the input loads, with h0 and ht, with and without output); plus the
-    TF32 variant of each recurrence with output; and the opt-in tensor-core intra kernel of the additive family.
+    TF32 variant of each recurrence with output; the tensor-core intra kernels (both families), the split
+    schedule's state and output kernels; the gates kernel.
     r3's intra kernel (the default) is compiled with r3's targets."""
     f32 = types.float32
     C, KP, BV = DEFAULT_CHUNK, MAX_K, BV_DEFAULT
@@ -886,7 +1164,7 @@ def compile_targets():
                 yield (f"state[{tag},tf32]", _state_kernel(C, KP, BV, has_g, delta, True, False, False, vin,
                                                            False).py_func,
                        (x4, x4, x4, s2, s3, s3, s3, s3, s4, s4, a4, f32, s3))
-                if not delta:  # the opt-in tensor-core intra kernel (additive family, float32 aligned inputs)
+                if not delta:  # the tensor-core intra kernel (additive family, float32 aligned inputs)
                     yield (f"intra_tc[{rec}]", _intra_add_kernel(C, KP, has_g, True).py_func,
                            (x4, x4, x4, array_type(np.float32, 3) if has_g else s3, s2, s3))
                     # the split schedule: the state kernel storing S_c (with h0 and ht), the output kernel
@@ -894,5 +1172,9 @@ def compile_targets():
                                                                 True).py_func,
                            (x4, x4, x4, s2, s3, s3, s3, s3, a4, a4, s4, f32, s3))
                     yield (f"out_tc[{rec}]", _out_add_kernel(C, KP, has_g, True).py_func, (x4, x4, x4, s2, s3, a4, f32))
+                else:  # the delta family's tensor-core intra kernel
+                    yield (f"intra_tc[{rec}]", _intra_delta_kernel(C, KP, has_g, True).py_func,
+                           (x4, x4, x4, array_type(np.float32, 3) if has_g else s3, array_type(np.float32, 3), s2, s3,
+                            s3, s3, s3))
     yield ("gates[float32]", _gates_kernel(C).py_func, (array_type(np.float32, 3), s2))
     yield ("gates[float16]", _gates_kernel(C).py_func, (array_type(np.float16, 3), s2))
