@@ -179,7 +179,7 @@ def test_module_contract():
     assert len(labels) == len(set(labels)) == 4 * (6 + 2 + 1 + 1) + 2 * 2 + 2
     assert all(label.startswith(("state[", "intra_tc[", "out_tc[", "gates[")) for label in labels)
     # the measured defaults (module docstring): split for the additive family, the tensor-core intra kernel
-    assert r6.INTRAS == ("r3", "tensor_cores") and r6.INTRA == "tensor_cores"
+    assert r6.INTRAS == ("r3", "tensor_cores") and r6.INTRA == "tensor_cores" and r6.INTRA_DELTA == "r3"
     assert r6.SCHEDULES == ("fused", "split") and r6.SCHEDULE == "split"
 
 

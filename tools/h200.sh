@@ -46,7 +46,7 @@ for m in ${modes//,/ }; do
   echo "=== $m ($(date +%T))"
   case "$m" in
     tests)
-      timeout 330 python3 -m pytest -m gpu tests/test_gpu.py tests/test_r4_scan.py -q -x -p no:cacheprovider 2>&1 | tail -25 | tee "$out/gpu_tests.log"
+      timeout 330 python3 -m pytest -m gpu tests/test_gpu.py tests/test_r4_scan.py -q -x -n 8 -p no:cacheprovider 2>&1 | tail -25 | tee "$out/gpu_tests.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     bench)
       bench --rungs recurrent,shared,scan,warp_roles,tensor_cores --step --softmax --tune --out "$out/h200_ladder_$sha.json" "$@" \
@@ -108,14 +108,14 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
     sanitize_r6)
       for tool in memcheck racecheck synccheck; do
         echo "== $tool"
-        timeout 100 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tools/sanitize.py \
+        timeout "${SANITIZE_TIMEOUT:-100}" compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tools/sanitize.py \
           --rungs tensor_cores 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
         echo "exit status ${PIPESTATUS[0]}"
       done 2>&1 | tee "$out/h200_sanitize_r6.txt";;
     sanitize_rest)
       for tool in memcheck racecheck synccheck; do
         echo "== $tool"
-        timeout 100 compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tools/sanitize.py \
+        timeout "${SANITIZE_TIMEOUT:-100}" compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tools/sanitize.py \
           --rungs scan --recurrences delta,gated_delta 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
         echo "exit status ${PIPESTATUS[0]}"
       done 2>&1 | tee "$out/h200_sanitize_rest.txt";;

@@ -86,6 +86,18 @@ It runs where :func:`split_fits` (float32 inputs with aligned rows, the output w
 schedule runs. Its intra kernel for the additive family is the tensor-core one (:func:`_intra_add_kernel`,
 :data:`INTRA`: 0.60 / 0.70 ms against r3's 0.68 / 0.75 for plain / decay, ``probes/h200_tune_r6_intra_7741f24.json``).
 
+The delta family's intra kernel on the tensor cores (opt in: ``intra="tensor_cores"``, :func:`_intra_delta_kernel`)
+-------------------------------------------------------------------------------------------------------------
+r3's intra kernel is more than half of r6's time for the delta family (2.4 / 2.5 ms of 4.2 / 4.4 ms for delta /
+gated delta at the standard shape). Its six products (``Q Kᵀ``, ``K Kᵀ``, W, Q', U, U'') as 3xTF32 tiles around
+r3's block inverse: 111 registers, no spills, 108 KB of shared memory (two blocks per SM), float32-accurate. On
+the H200 it did not pay (``figures/data/probes/h200_tune_r6_delta_4f530d8.json``): intra 2.39 ms against r3's
+2.40 for delta, 2.66 against 2.50 for gated delta. So the FMA products were not what limits that kernel; the
+candidates left are the serial parts (the 16-row forward substitutions with 64 of 256 threads busy, the
+cumulative gates), the per-element exponentials and Q's second read from global memory, and its 2 GB of
+scratch traffic (w, u, qp, u2). The default (:data:`INTRA_DELTA`) stays r3's; the kernel is tested and kept as
+the starting point for that work.
+
 Status: checked against the float64 oracle in the simulator (where the mma is a warp rendezvous that computes
 the tile product from every lane's fragments), compiled and assembled for sm_90, in the GPU test tier on the
 H200, and timed there by the bench: faster than r3 for every recurrence at the standard shape, so ``auto`` picks
@@ -475,7 +487,10 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three, stor
 # the additive intra kernel on the tensor cores (the fused schedule's default for float32 aligned inputs)
 # ----------------------------------------------------------------------------------------------------------
 INTRAS = ("r3", "tensor_cores")
-INTRA = "tensor_cores"  # the default of forward(intra=...): faster than r3's on the H200 (module docstring)
+# the defaults of forward(intra=...), per family, as measured on the H200 (module docstring): the additive
+# family's tensor-core kernel is faster than r3's; the delta family's is not (the products are not its cost)
+INTRA = "tensor_cores"
+INTRA_DELTA = "r3"
 INTRA_THREADS = 256  # 8 warps: 2 blocks of ~104 KB shared memory per SM at C = 64, K = 128
 INTRA_VB = 64  # value columns per pass of U'' = P V
 
@@ -1049,7 +1064,8 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, p
     As r3: ``o=None`` means "state only" (``ht`` must be given); ``chunk_size=None`` uses ``DEFAULT_CHUNK``;
     ``h0`` and ``ht`` may be the same array. ``bv`` overrides the value-tile width; ``precision`` is "3xtf32"
     (float32 accuracy, the default :data:`PRECISION`) or "tf32" (one TF32 product per tile step); ``intra``
-    picks the fused schedule's intra kernel (:data:`INTRAS`). ``schedule``: "fused" (intra, then the state
+    picks the fused schedule's intra kernel (:data:`INTRAS`; default :data:`INTRA` for the additive family,
+    :data:`INTRA_DELTA` for the delta family). ``schedule``: "fused" (intra, then the state
     kernel with the output) or "split" (gates, the state kernel storing every chunk's starting state, then the
     output of every chunk in parallel); "split" runs only where :func:`split_fits` and its buffer is at most
     :data:`SPLIT_MAX_BYTES`, else the fused schedule runs (same result within float32 error).
@@ -1068,7 +1084,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     precision = PRECISION if precision is None else precision
     if precision not in PRECISIONS:
         raise ValueError(f"rung {NAME!r}: precision must be one of {PRECISIONS}, got {precision!r}")
-    intra = INTRA if intra is None else intra
+    intra = (INTRA_DELTA if beta is not None else INTRA) if intra is None else intra
     if intra not in INTRAS:
         raise ValueError(f"rung {NAME!r}: intra must be one of {INTRAS}, got {intra!r}")
     schedule = SCHEDULE if schedule is None else schedule
