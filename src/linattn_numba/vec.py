@@ -86,41 +86,32 @@ else:
 
         return sig, codegen
 
-    @intrinsic
-    def st4(typingctx, arr, idx, x):
-        """``a[i : i + 4] = x`` (a 4-tuple of float32) along the last axis as ONE 128-bit store."""
-        sig = types.none(arr, idx, x)
+    def _vec_store(width, doc):
+        """An intrinsic ``st(a, i, x)``: ``a[i : i + width] = x`` (a tuple of float32) along the last axis as ONE
+        vector store (``width`` 4: 128-bit, 2: 64-bit), with no negative-index handling."""
 
-        def codegen(context, builder, sig, args):
-            vptr = _vec_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            vals = cgutils.unpack_tuple(builder, args[2], 4)
-            vals = [context.cast(builder, v, t, types.float32) for v, t in zip(vals, sig.args[2])]
-            vec = ir.Constant(ir.VectorType(ir.FloatType(), 4), ir.Undefined)
-            for e in range(4):
-                vec = builder.insert_element(vec, vals[e], ir.Constant(ir.IntType(32), e))
-            builder.store(vec, vptr, align=16)
-            return context.get_dummy_value()
+        def st(typingctx, arr, idx, x):
+            sig = types.none(arr, idx, x)
 
-        return sig, codegen
+            def codegen(context, builder, sig, args):
+                vptr = _vec_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1], width)
+                vals = cgutils.unpack_tuple(builder, args[2], width)
+                vals = [context.cast(builder, v, t, types.float32) for v, t in zip(vals, sig.args[2])]
+                vec = ir.Constant(ir.VectorType(ir.FloatType(), width), ir.Undefined)
+                for e in range(width):
+                    vec = builder.insert_element(vec, vals[e], ir.Constant(ir.IntType(32), e))
+                builder.store(vec, vptr, align=4 * width)
+                return context.get_dummy_value()
 
-    @intrinsic
-    def st2(typingctx, arr, idx, x):
-        """``a[i : i + 2] = x`` (a 2-tuple of float32) along the last axis as ONE 64-bit store, with no
+            return sig, codegen
+
+        st.__doc__ = doc
+        return intrinsic(st)
+
+    st4 = _vec_store(4, """``a[i : i + 4] = x`` (a 4-tuple of float32) along the last axis as ONE 128-bit store.""")
+    st2 = _vec_store(2, """``a[i : i + 2] = x`` (a 2-tuple of float32) along the last axis as ONE 64-bit store, with no
         negative-index handling (``i`` in range; the element 8-byte aligned). r6 stores a C fragment's column
-        pair (2 i, 2 i + 1) of a row this way."""
-        sig = types.none(arr, idx, x)
-
-        def codegen(context, builder, sig, args):
-            vptr = _vec_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1], 2)
-            vals = cgutils.unpack_tuple(builder, args[2], 2)
-            vals = [context.cast(builder, v, t, types.float32) for v, t in zip(vals, sig.args[2])]
-            vec = ir.Constant(ir.VectorType(ir.FloatType(), 2), ir.Undefined)
-            for e in range(2):
-                vec = builder.insert_element(vec, vals[e], ir.Constant(ir.IntType(32), e))
-            builder.store(vec, vptr, align=8)
-            return context.get_dummy_value()
-
-        return sig, codegen
+        pair (2 i, 2 i + 1) of a row this way.""")
 
     @intrinsic
     def prefetch_l2(typingctx, arr, idx):

@@ -328,6 +328,58 @@ def _intra_layout(C, KP):
     return o_k, o_q, o_aqk, o_la, o_t, o_b, o_beta, o_g, o_g + C
 
 
+@cuda.jit(device=True, inline="always")
+def _wy_inverse(sm, O_K, KS, KP, O_BETA, O_B, O_LA, O_T, CS, C, NB, tid, NTH, has_g):
+    """The delta rule's in-chunk solve, in shared memory, by the whole block (it synchronises): K's rows
+    scaled to diag(beta gamma) K in place, and the strictly lower Lkk at O_LA replaced by A = (I + Lkk)^-1
+    (O_T: scratch of max(NB - 1, 1) 256 + 16 C floats). Shared by r3's and r6's intra kernels."""
+    # diag(beta gamma) K in place (only W reads it from now on)
+    for e in range(tid, C * KP, NTH):
+        t = e // KP
+        f = sm[O_BETA + t]
+        if has_g:
+            f *= math.exp(sm[O_B + t])
+        sm[O_K + t * KS + e % KP] *= f
+    # A = (I + L)^-1, blocked: the 16 x 16 diagonal blocks first. Thread j of block d solves for column j
+    # of its inverse, x_i = [i == j] - sum_{m < i} L[i, m] x_m, the column kept in shared memory at
+    # O_T + i C + tid (a register array would need the 16 x 16 loop nest fully unrolled; ptxas does not,
+    # and a dynamically indexed register array goes to local memory) ...
+    dblk = tid // 16
+    jc = tid % 16
+    dbase = O_LA + (16 * dblk) * CS + 16 * dblk
+    if tid < C:
+        for i in range(16):
+            a = float32(1.0) if i == jc else float32(0.0)
+            for m in range(i):
+                a -= sm[dbase + i * CS + m] * sm[O_T + m * C + tid]
+            sm[O_T + i * C + tid] = a
+    cuda.syncthreads()  # every diagonal block of L has been read
+    if tid < C:
+        for i in range(jc, 16):
+            sm[dbase + i * CS + jc] = sm[O_T + i * C + tid]
+    cuda.syncthreads()
+    # ... then block row I from the rows above: A_IJ = -A_II sum_{J <= M < I} L_IM A_MJ, J < I
+    for bi in range(1, NB):
+        for e in range(tid, bi * 256, NTH):
+            bj = e // 256
+            r = (e // 16) % 16
+            cc = e % 16
+            a = float32(0.0)
+            for m in range(16 * bj, 16 * bi):
+                a += sm[O_LA + (16 * bi + r) * CS + m] * sm[O_LA + m * CS + 16 * bj + cc]
+            sm[O_T + e] = a
+        cuda.syncthreads()  # T complete; block row bi of L read
+        for e in range(tid, bi * 256, NTH):
+            bj = e // 256
+            r = (e // 16) % 16
+            cc = e % 16
+            a = float32(0.0)
+            for m in range(r + 1):
+                a += sm[O_LA + (16 * bi + r) * CS + 16 * bi + m] * sm[O_T + bj * 256 + m * 16 + cc]
+            sm[O_LA + (16 * bi + r) * CS + 16 * bj + cc] = -a
+        cuda.syncthreads()  # block row bi of A complete
+
+
 @functools.lru_cache(maxsize=None)
 def _intra_kernel(C, KP, has_g, delta, out, vin):
     C4 = C // 4
@@ -438,51 +490,7 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
 
         acc = cuda.local.array(16, float32)
         if delta:
-            # diag(beta gamma) K in place (only W reads it from now on)
-            for e in range(tid, C * KP, NTH):
-                t = e // KP
-                f = sm[O_BETA + t]
-                if has_g:
-                    f *= math.exp(sm[O_B + t])
-                sm[O_K + t * KS + e % KP] *= f
-            # A = (I + L)^-1, blocked: the 16 x 16 diagonal blocks first. Thread j of block d solves for column j
-            # of its inverse, x_i = [i == j] - sum_{m < i} L[i, m] x_m, the column kept in shared memory at
-            # O_T + i C + tid (a register array would need the 16 x 16 loop nest fully unrolled; ptxas does not,
-            # and a dynamically indexed register array goes to local memory) ...
-            dblk = tid // 16
-            jc = tid % 16
-            dbase = O_LA + (16 * dblk) * CS + 16 * dblk
-            if tid < C:
-                for i in range(16):
-                    a = float32(1.0) if i == jc else float32(0.0)
-                    for m in range(i):
-                        a -= sm[dbase + i * CS + m] * sm[O_T + m * C + tid]
-                    sm[O_T + i * C + tid] = a
-            cuda.syncthreads()  # every diagonal block of L has been read
-            if tid < C:
-                for i in range(jc, 16):
-                    sm[dbase + i * CS + jc] = sm[O_T + i * C + tid]
-            cuda.syncthreads()
-            # ... then block row I from the rows above: A_IJ = -A_II sum_{J <= M < I} L_IM A_MJ, J < I
-            for bi in range(1, NB):
-                for e in range(tid, bi * 256, NTH):
-                    bj = e // 256
-                    r = (e // 16) % 16
-                    cc = e % 16
-                    a = float32(0.0)
-                    for m in range(16 * bj, 16 * bi):
-                        a += sm[O_LA + (16 * bi + r) * CS + m] * sm[O_LA + m * CS + 16 * bj + cc]
-                    sm[O_T + e] = a
-                cuda.syncthreads()  # T complete; block row bi of L read
-                for e in range(tid, bi * 256, NTH):
-                    bj = e // 256
-                    r = (e // 16) % 16
-                    cc = e % 16
-                    a = float32(0.0)
-                    for m in range(r + 1):
-                        a += sm[O_LA + (16 * bi + r) * CS + 16 * bi + m] * sm[O_T + bj * 256 + m * 16 + cc]
-                    sm[O_LA + (16 * bi + r) * CS + 16 * bj + cc] = -a
-                cuda.syncthreads()  # block row bi of A complete
+            _wy_inverse(sm, O_K, KS, KP, O_BETA, O_B, O_LA, O_T, CS, C, NB, tid, NTH, has_g)
 
             # W = A diag(beta gamma) K, CB columns at a time; with the output also Q' = diag(gamma) Q - Aqk W
             for kb in range(0, KP, CB):

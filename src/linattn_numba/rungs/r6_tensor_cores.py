@@ -225,6 +225,16 @@ def _mma_tiles(sm, acc, a0, a1, a2, a3, pb, bstep, s4, ntiles, live, three):
             acc[4 * e + 3] = d3
 
 
+@cuda.jit(device=True, inline="always")
+def _mma_rows(sm, acc, ra, sa, pb, bk, bstep, b4, kend, ntiles, live, three):
+    """``acc += A B`` over the k-steps ``k0 = 0, 8, .. < kend`` of :func:`_mma_tiles`: A row-major in shared memory
+    (``ra`` at A[g, i], rows ``sa`` apart), step k0's B fragment at ``pb + k0 bk`` (tiles ``bstep`` apart, rows
+    i + 4 at ``b4``: ``bk`` = B's row stride for a row-major B, 1 for Kᵀ read from K's rows)."""
+    for k0 in range(0, kend, 8):
+        a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * sa, 4)
+        _mma_tiles(sm, acc, a0, a1, a2, a3, pb + k0 * bk, bstep, b4, ntiles, live, three)
+
+
 def _stager_fits(cols, nth):
     """Whether :func:`_rows_stager` can stage rows of ``cols`` floats with ``nth`` threads (whole quads, and a
     whole number of rows per pass of the block)."""
@@ -418,9 +428,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three, stor
                     acc[e] = float32(0.0)
                 ra = O_A + (pr + g) * KS + i4
                 rb = O_S + i4 * VS + pc + g
-                for k0 in range(0, kp_rt, 8):
-                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * KS, 4)
-                    _mma_tiles(sm, acc, a0, a1, a2, a3, rb + k0 * VS, 8, 4 * VS, G1, G1, three)
+                _mma_rows(sm, acc, ra, KS, rb, VS, 8, 4 * VS, kp_rt, G1, G1, three)
                 row = pr + g
                 for e in range(G1):
                     col = pc + 8 * e + 2 * i4
@@ -583,9 +591,7 @@ def _intra_add_kernel(C, KP, has_g, three):
             if live > 0:
                 ra = O_Q + (pr + g8) * KS + i4
                 rk = O_K + (pc + g8) * KS + i4  # Kᵀ[k0 + i, s] = K[s, k0 + i]
-                for k0 in range(0, kp_rt, 8):
-                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * KS, 4)
-                    _mma_tiles(sm, acc, a0, a1, a2, a3, rk + k0, 8 * KS, 4, GS, live, three)
+                _mma_rows(sm, acc, ra, KS, rk, 1, 8 * KS, 4, kp_rt, GS, live, three)
             for e in range(GS):
                 for j in range(4):  # C fragment element j: row g + 8 (j // 2), column 2 i + j % 2
                     t = pr + g8 + 8 * (j // 2)
@@ -607,9 +613,8 @@ def _intra_add_kernel(C, KP, has_g, three):
                 for e in range(AV):
                     acc[e] = float32(0.0)
                 ra = O_P + (pr + g8) * CS + i4
-                for k0 in range(0, pr + 16, 8):  # P[t, s] = 0 for s > t: the row block's steps end at its diagonal
-                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * CS, 4)
-                    _mma_tiles(sm, acc, a0, a1, a2, a3, O_V + (k0 + i4) * VS + pc + g8, 8, 4 * VS, GV, GV, three)
+                # P[t, s] = 0 for s > t: the row block's steps end at its diagonal
+                _mma_rows(sm, acc, ra, CS, O_V + i4 * VS + pc + g8, VS, 8, 4 * VS, pr + 16, GV, GV, three)
                 for e in range(GV):
                     for j in range(4):
                         col = vb + pc + 8 * e + 2 * i4 + j % 2
@@ -724,9 +729,7 @@ def _intra_delta_kernel(C, KP, has_g, three):
             if live > 0:
                 ra = (O_K if kk else O_Q) + (pr + g8) * KS + i4
                 rk = O_K + (pc + g8) * KS + i4  # Kᵀ[k0 + i, s] = K[s, k0 + i]
-                for k0 in range(0, kp_rt, 8):
-                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * KS, 4)
-                    _mma_tiles(sm, acc, a0, a1, a2, a3, rk + k0, 8 * KS, 4, GS, live, three)
+                _mma_rows(sm, acc, ra, KS, rk, 1, 8 * KS, 4, kp_rt, GS, live, three)
             for e in range(GS):
                 for j in range(4):
                     t = pr + g8 + 8 * (j // 2)
@@ -741,48 +744,8 @@ def _intra_delta_kernel(C, KP, has_g, three):
                     sm[(O_LA if kk else O_AQK) + t * CS + s_] = x
         cuda.syncthreads()  # Aqk and Lkk complete; Q's rows are free (W goes there)
 
-        # diag(beta gamma) K in place (only W reads it from now on)
-        for e in range(tid, C * KP, NTH):
-            t = e // KP
-            f = sm[O_BETA + t]
-            if has_g:
-                f *= math.exp(sm[O_B + t])
-            sm[O_K + t * KS + e % KP] *= f
-        # A = (I + Lkk)^-1 as r3 computes it: diagonal blocks by forward substitution, one column per thread ...
-        dblk = tid // 16
-        jc = tid % 16
-        dbase = O_LA + (16 * dblk) * CS + 16 * dblk
-        if tid < C:
-            for i in range(16):
-                a = float32(1.0) if i == jc else float32(0.0)
-                for m in range(i):
-                    a -= sm[dbase + i * CS + m] * sm[O_T + m * C + tid]
-                sm[O_T + i * C + tid] = a
-        cuda.syncthreads()  # every diagonal block of L has been read (and diag(beta gamma) K is complete)
-        if tid < C:
-            for i in range(jc, 16):
-                sm[dbase + i * CS + jc] = sm[O_T + i * C + tid]
-        cuda.syncthreads()  # the diagonal blocks of A are in place
-        # ... then block row I from the rows above: A_IJ = -A_II sum_{J <= M < I} L_IM A_MJ, J < I
-        for bi in range(1, NB):
-            for e in range(tid, bi * 256, NTH):
-                bj = e // 256
-                r = (e // 16) % 16
-                cc = e % 16
-                a = float32(0.0)
-                for m in range(16 * bj, 16 * bi):
-                    a += sm[O_LA + (16 * bi + r) * CS + m] * sm[O_LA + m * CS + 16 * bj + cc]
-                sm[O_T + e] = a
-            cuda.syncthreads()  # T complete; block row bi of L read
-            for e in range(tid, bi * 256, NTH):
-                bj = e // 256
-                r = (e // 16) % 16
-                cc = e % 16
-                a = float32(0.0)
-                for m in range(r + 1):
-                    a += sm[O_LA + (16 * bi + r) * CS + 16 * bi + m] * sm[O_T + bj * 256 + m * 16 + cc]
-                sm[O_LA + (16 * bi + r) * CS + 16 * bj + cc] = -a
-            cuda.syncthreads()  # block row bi of A complete
+        # diag(beta gamma) K in place and A = (I + Lkk)^-1: r3's blocked inversion on the FMA units
+        r3._wy_inverse(sm, O_K, KS, KP, O_BETA, O_B, O_LA, O_T, CS, C, NB, tid, NTH, has_g)
 
         # -- W = A diag(beta gamma) K: to w, and to Q's rows for Q' --
         for grp in range(warp, NGK, NW):
@@ -792,9 +755,8 @@ def _intra_delta_kernel(C, KP, has_g, three):
             for e in range(AK):
                 acc[e] = float32(0.0)
             ra = O_LA + (pr + g8) * CS + i4
-            for k0 in range(0, pr + 16, 8):  # A[t, s] = 0 for s > t
-                a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * CS, 4)
-                _mma_tiles(sm, acc, a0, a1, a2, a3, O_K + (k0 + i4) * KS + pc + g8, 8, 4 * KS, GK, GK, three)
+            # A[t, s] = 0 for s > t
+            _mma_rows(sm, acc, ra, CS, O_K + i4 * KS + pc + g8, KS, 8, 4 * KS, pr + 16, GK, GK, three)
             for e in range(GK):
                 col = pc + 8 * e + 2 * i4
                 for hf in range(2):
@@ -811,9 +773,7 @@ def _intra_delta_kernel(C, KP, has_g, three):
             for e in range(AK):
                 acc[e] = float32(0.0)
             ra = O_AQK + (pr + g8) * CS + i4
-            for k0 in range(0, pr + 16, 8):
-                a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * CS, 4)
-                _mma_tiles(sm, acc, a0, a1, a2, a3, O_Q + (k0 + i4) * KS + pc + g8, 8, 4 * KS, GK, GK, three)
+            _mma_rows(sm, acc, ra, CS, O_Q + i4 * KS + pc + g8, KS, 8, 4 * KS, pr + 16, GK, GK, three)
             for e in range(GK):
                 col = pc + 8 * e + 2 * i4
                 for hf in range(2):
@@ -840,9 +800,7 @@ def _intra_delta_kernel(C, KP, has_g, three):
                 for e in range(AV):
                     acc[e] = float32(0.0)
                 ra = O_LA + (pr + g8) * CS + i4
-                for k0 in range(0, pr + 16, 8):
-                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * CS, 4)
-                    _mma_tiles(sm, acc, a0, a1, a2, a3, O_K + (k0 + i4) * VS + pc + g8, 8, 4 * VS, GV, GV, three)
+                _mma_rows(sm, acc, ra, CS, O_K + i4 * VS + pc + g8, VS, 8, 4 * VS, pr + 16, GV, GV, three)
                 for e in range(GV):
                     col = pc + 8 * e + 2 * i4
                     for hf in range(2):
@@ -859,9 +817,7 @@ def _intra_delta_kernel(C, KP, has_g, three):
                 for e in range(AV):
                     acc[e] = float32(0.0)
                 ra = O_AQK + (pr + g8) * CS + i4
-                for k0 in range(0, pr + 16, 8):
-                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * CS, 4)
-                    _mma_tiles(sm, acc, a0, a1, a2, a3, O_Q + (k0 + i4) * VS + pc + g8, 8, 4 * VS, GV, GV, three)
+                _mma_rows(sm, acc, ra, CS, O_Q + i4 * VS + pc + g8, VS, 8, 4 * VS, pr + 16, GV, GV, three)
                 for e in range(GV):
                     col = vb + pc + 8 * e + 2 * i4
                     if col < V:
@@ -990,9 +946,7 @@ def _out_add_kernel(C, KP, has_g, three):
             if live > 0:
                 ra = O_Q + (pr + g8) * KS + i4
                 rk = O_R + (pc + g8) * KS + i4
-                for k0 in range(0, kp_rt, 8):
-                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * KS, 4)
-                    _mma_tiles(sm, acc, a0, a1, a2, a3, rk + k0, 8 * KS, 4, GS, live, three)
+                _mma_rows(sm, acc, ra, KS, rk, 1, 8 * KS, 4, kp_rt, GS, live, three)
             for e in range(GS):
                 for j in range(4):
                     t = pr + g8 + 8 * (j // 2)
@@ -1016,9 +970,8 @@ def _out_add_kernel(C, KP, has_g, three):
                 for e in range(AV):
                     acc[e] = float32(0.0)
                 ra = O_Q + (pr + g8) * KS + i4
-                for k0 in range(0, kp_rt, 8):  # S rows past K are zero
-                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * KS, 4)
-                    _mma_tiles(sm, acc, a0, a1, a2, a3, O_R + (k0 + i4) * VS + pc + g8, 8, 4 * VS, GV, GV, three)
+                # S rows past K are zero
+                _mma_rows(sm, acc, ra, KS, O_R + i4 * VS + pc + g8, VS, 8, 4 * VS, kp_rt, GV, GV, three)
                 if has_g:  # gamma_t = exp(b_t) <= 1 on rows g8 and g8 + 8 of the tile
                     gm0 = math.exp(sm[O_B + pr + g8])
                     gm1 = math.exp(sm[O_B + pr + g8 + 8])
@@ -1028,9 +981,8 @@ def _out_add_kernel(C, KP, has_g, three):
                         acc[4 * e + 2] *= gm1
                         acc[4 * e + 3] *= gm1
                 ra = O_P + (pr + g8) * CS + i4
-                for k0 in range(0, pr + 16, 8):  # P[t, s] = 0 for s > t
-                    a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * CS, 4)
-                    _mma_tiles(sm, acc, a0, a1, a2, a3, O_V + (k0 + i4) * VS + pc + g8, 8, 4 * VS, GV, GV, three)
+                # P[t, s] = 0 for s > t
+                _mma_rows(sm, acc, ra, CS, O_V + i4 * VS + pc + g8, VS, 8, 4 * VS, pr + 16, GV, GV, three)
                 for e in range(GV):
                     for j in range(4):
                         t = pr + g8 + 8 * (j // 2)
