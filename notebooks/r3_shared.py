@@ -495,8 +495,8 @@ for shape in (std, (1, 65536, 2, 128, 128)):
 #
 # ## Exercises
 #
-# **Write the rung yourself:** `exercises/r3_shared.py` is this rung with the two kernel bodies left to you (part 1
-# the additive recurrences, part 2 the delta rule, the blockwise inverse included); the launches, layouts and
+# **Write the rung yourself:** `exercises/r3_shared.py` is this rung with the two kernel bodies and the blockwise
+# inverse `_wy_inverse` left to you (part 1 the additive recurrences, part 2 the delta rule); the launches, layouts and
 # device helpers of section 3 are given. Grade it with `linattn-numba grade exercises/r3_shared.py --quick` (no
 # GPU needed: the grader runs it in the simulator); `exercises/README.md` says how.
 #
