@@ -32,7 +32,8 @@ Your job
     Part 1, the additive recurrences (plain, decay): in ``intra`` the staging, the gates, Aqk and U'' = Aqk V; in
         ``state`` Q S, the output and the update. Grade with ``--case plain`` and ``--case decay``.
     Part 2, the delta rule (delta, gated_delta): in ``intra`` Lkk, A = (I + Lkk)^-1 in 16 x 16 blocks (in
-        ``_wy_inverse``), W, U, Q' = diag(gamma) Q - Aqk W and U'' = Aqk U; in ``state`` [W; Q'] S, V_new = U - W S and K staged over W.
+        ``_wy_inverse``), W, U, Q' = diag(gamma) Q - Aqk W and U'' = Aqk U; in ``state`` [W; Q'] S,
+        V_new = U - W S and K staged over W.
 
 The pipeline (``forward`` launches them in this order), in the notation of the reference: in-chunk cumulative
 log-gates ``b_t``, ``gamma_t = exp(b_t)``, ``Gamma_ts = exp(b_t - b_s)``, C = the chunk size::
