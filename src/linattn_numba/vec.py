@@ -2,7 +2,7 @@
 
 Introduced by rung r3 ``shared`` (its register-blocked loops read four consecutive floats per operand and step)
 and used by r1's decode step (a streaming copy of the state) and r5. Each has a plain-Python twin that the
-simulator runs (``_ld4_py``, ``_st4_py``, ``_prefetch_py``): the simulator has no vector loads and needs none.
+simulator runs (``_ld4_py``, ``_st_py``, ``_prefetch_py``): the simulator has no vector loads and needs none.
 """
 
 from __future__ import annotations
@@ -18,19 +18,10 @@ def _ld4_py(a, i):
     return a[i], a[i + 1], a[i + 2], a[i + 3]
 
 
-def _st4_py(a, i, x):
-    """``a[i : i + 4] = x`` along the last axis (``i`` an index or a tuple of indices)."""
-    for e in range(4):
-        if isinstance(i, tuple):
-            *head, last = i
-            a[(*head, last + e)] = x[e]
-        else:
-            a[i + e] = x[e]
-
-
-def _st2_py(a, i, x):
-    """``a[i : i + 2] = x`` along the last axis (``i`` a tuple of indices or an index)."""
-    for e in range(2):
+def _st_py(a, i, x):
+    """``a[i : i + len(x)] = x`` along the last axis (``i`` an index or a tuple of indices): the simulator's twin
+    of both :func:`st4` and :func:`st2`."""
+    for e in range(len(x)):
         if isinstance(i, tuple):
             *head, last = i
             a[(*head, last + e)] = x[e]
@@ -48,7 +39,7 @@ def _ld1_py(a, i):
 
 
 if config.ENABLE_CUDASIM:
-    ld4, st4, st2, prefetch_l2, ld1 = _ld4_py, _st4_py, _st2_py, _prefetch_py, _ld1_py
+    ld4, st4, st2, prefetch_l2, ld1 = _ld4_py, _st_py, _st_py, _prefetch_py, _ld1_py
 else:
     from llvmlite import ir
     from numba.cuda import cgutils

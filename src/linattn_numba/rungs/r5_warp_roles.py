@@ -117,7 +117,7 @@ from numba import config, cuda, float32, types
 from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
 from ..reference import RECURRENCES
 from . import r3_shared as r3
-from ..vec import _ld4_py, _st4_py, ld4, st4
+from ..vec import _ld4_py, _st_py, ld4, st4
 from .r3_shared import _mm_nn, _stage_input, _stage_input4, _stage_scratch
 
 NAME = "warp_roles"
@@ -143,7 +143,7 @@ BAR_PROD = 6
 def _cp_async16_py(sm, i, src, idx, nbytes):
     """``sm[i : i + 4]`` = the 4 floats of ``src`` from ``idx`` on (zeros when ``nbytes`` is 0): the
     simulator's (synchronous) version of :func:`cp_async16`."""
-    _st4_py(sm, i, _ld4_py(src, idx) if nbytes else (0.0, 0.0, 0.0, 0.0))
+    _st_py(sm, i, _ld4_py(src, idx) if nbytes else (0.0, 0.0, 0.0, 0.0))
 
 
 def _cp_async_wait_all_py():
