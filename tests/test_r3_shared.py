@@ -170,16 +170,35 @@ def test_largest_variants_compile_for_sm90():
 
 def test_scratch_is_per_thread_and_stream():
     """The scratch kept between calls is never shared by two threads or two streams (their launches could
-    interleave); one thread and stream reuses its buffer while the shape stays."""
+    interleave); one thread and stream reuses its memory for every shape that fits (r4 alternates between the
+    shapes of its two engine phases) and grows it only when a shape needs more."""
     import threading
 
+    from linattn_numba import _common
+
+    rng = np.random.default_rng(0)
+
+    def same_memory(a, b):  # fresh values written through one view are seen through the other
+        x = rng.random(a.size, dtype=np.float32)
+        a.copy_to_device(x.reshape(a.shape))
+        n = min(a.size, b.size)
+        return np.array_equal(b.copy_to_host().ravel()[:n], x[:n])
+
+    _common.release_scratch()
     a = r3._scratch("test", (2, 3), 0)
-    assert r3._scratch("test", (2, 3), 0) is a
-    assert r3._scratch("test", (2, 4), 0) is not a  # a new shape: a new buffer
+    assert a.shape == (2, 3) and a.dtype == np.float32 and a.is_c_contiguous()
+    assert same_memory(a, r3._scratch("test", (2, 3), 0))
+    b = r3._scratch("test", (5,), 0)  # fewer elements: the same memory, another shape
+    assert b.shape == (5,) and same_memory(b, r3._scratch("test", (2, 3), 0))
+    c = r3._scratch("test", (2, 4), 0)  # more elements: a larger buffer, which later smaller shapes reuse
+    assert c.shape == (2, 4)
+    assert same_memory(c, r3._scratch("test", (2, 3), 0))
+    assert not same_memory(a, c)  # the old buffer is no longer the scratch (a view of it stays valid)
     other = {}
     t = threading.Thread(target=lambda: other.setdefault("x", r3._scratch("test", (2, 4), 0)))
     t.start()
     t.join()
-    assert other["x"] is not r3._scratch("test", (2, 4), 0)
+    assert not same_memory(other["x"], r3._scratch("test", (2, 4), 0))
     stream = cuda.stream()
-    assert r3._scratch("test", (2, 4), stream) is not r3._scratch("test", (2, 4), 0)
+    assert not same_memory(r3._scratch("test", (2, 4), stream), r3._scratch("test", (2, 4), 0))
+    _common.release_scratch()

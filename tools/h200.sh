@@ -17,7 +17,8 @@
 #     r6_delta  r6's intra kernels for the delta family (r3's, tensor cores), per kernel; then the bench of r1 and r6
 #               for all four recurrences beside fla's chunk kernels (the standard shape)
 #     long_engines  r4 at the two long-context shapes with each engine (r3 shared, r6 tensor_cores) and fla chunk
-#               (tools/r4_engine_probe.py; a probe file for figures/data/probes/)
+#               (tools/r4_engine_probe.py; a probe file for figures/data/probes/; R4_PROBE_ARGS adds arguments,
+#               e.g. --ns-factors 1,0.5,2; R4_PROBE_TIMEOUT the seconds, default 400)
 #     sanitize  compute-sanitizer memcheck, racecheck, synccheck on r2-r5 at a mid-size shape
 #               (SANITIZE_RUNGS overrides the rungs, SANITIZE_TIMEOUT the seconds per tool)
 #     ncu       Nsight Compute sections of r1, r3, r5 at the standard shape (CSV for linattn_numba.ncu)
@@ -102,7 +103,7 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
       bench --rungs recurrent,tensor_cores --fla chunk --out "$out/h200_r6_$sha.json" | tee -a "$out/r6_delta.log" \
         || rc=1;;
     long_engines)
-      timeout 400 python3 tools/r4_engine_probe.py --out "$out/h200_r4_engines_$sha.json" 2>&1 \
+      timeout "${R4_PROBE_TIMEOUT:-400}" python3 tools/r4_engine_probe.py ${R4_PROBE_ARGS:-} --out "$out/h200_r4_engines_$sha.json" 2>&1 \
         | grep -v "NumbaPerformanceWarning\|warn(errors" | tee "$out/long_engines.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     sanitize_r6)

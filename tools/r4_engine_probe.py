@@ -2,10 +2,12 @@
 shapes of issue 4, beside fla's chunk kernel, every r4 run checked against the float64 oracle on two heads first.
 
     python3 tools/r4_engine_probe.py [--shape B,T,H,K,V:recurrence ...] [--engines shared,tensor_cores]
-                                     [--no-peers] [--out r4_engines.json]
+                                     [--ns-factors 1,0.5,2] [--no-peers] [--out r4_engines.json]
 
 Default shapes: decay at B1 T1048576 H2 K=V=128 and gated delta at B1 T262144 H2 K=V=128. The segment count is
-r4's own choice (its cost model, measured with r2 / r3 as the engine); the JSON records it. Writes the JSON after
+r4's own choice (its cost model, measured with r2 / r3 as the engine) times each of ``--ns-factors`` (default 1:
+the model's choice alone); the JSON records it. Each record also has ``host_launch_us``, the host's time to
+enqueue one forward; a "state only" record per engine times phases 1 and 2 alone (``o=None``), at the model's count. Writes the JSON after
 every record (a run cut short keeps what it measured); it is a probe file (figures/data/probes/), not a bench
 file: ``linattn-numba figures`` draws r4 from the bench's ``scan`` records, which use the default engine.
 """
@@ -26,6 +28,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", action="append", help="B,T,H,K,V:recurrence (repeatable)")
     ap.add_argument("--engines", default="shared,tensor_cores")
+    ap.add_argument("--ns-factors", default="1", help="segment counts to time: the model's choice times these")
     ap.add_argument("--no-peers", action="store_true", help="skip fla")
     ap.add_argument("--out", default="r4_engines.json")
     args = ap.parse_args(argv)
@@ -64,22 +67,34 @@ def main(argv=None) -> int:
         tag = {"recurrence": rec, "shape": dict(B=B, T=T, H=H, K=K, V=V), "num_segments": ns,
                "tokens": B * T * H}
         flops = bench.counted_flops(rec, B, T, H, K, V)
+        oracle = {}  # the float64 oracle's results on the two checked heads, computed once per shape
+        factors = [float(f) for f in args.ns_factors.split(",")]
         for eng in engines:
-            row = {"key": f"scan[{eng}]", "engine": eng, **tag}
-            try:
-                def fn(eng=eng):
-                    r4.forward(*fargs, o, None, ht, K**-0.5, 64, engine=eng)
+            for factor in factors:
+                nsf = max(1, round(ns * factor))
+                row = {"key": f"scan[{eng}]", "engine": eng, **tag, "num_segments": nsf,
+                       "model_num_segments": ns}
+                try:
+                    def fn(eng=eng, nsf=nsf):
+                        r4.forward(*fargs, o, None, ht, K**-0.5, 64, engine=eng, num_segments=nsf)
 
-                fn()
-                cuda.synchronize()
-                row["rel_err"] = bench.check_heads(o.copy_to_host(), ht.copy_to_host(), inp,
-                                                   [(0, 0), (B - 1, H - 1)], host_args)
-                if not row["rel_err"] <= 1e-4:
-                    raise AssertionError(f"relative error {row['rel_err']:.2e} against the oracle")
-                row.update(timer.time(fn))
-                row["tflops"] = flops / row["median_ms"] / 1e9
-                row["tokens_per_s"] = B * T * H / (row["median_ms"] / 1e3)
-            except Exception as e:  # noqa: BLE001 - record and go on to the next engine
+                    fn()
+                    cuda.synchronize()
+                    row["rel_err"] = bench.check_heads(o.copy_to_host(), ht.copy_to_host(), inp,
+                                                       [(0, 0), (B - 1, H - 1)], host_args, cache=oracle)
+                    if not row["rel_err"] <= 1e-4:
+                        raise AssertionError(f"relative error {row['rel_err']:.2e} against the oracle")
+                    row.update(timer.time(fn))
+                    row["tflops"] = flops / row["median_ms"] / 1e9
+                    row["tokens_per_s"] = B * T * H / (row["median_ms"] / 1e3)
+                except Exception as e:  # noqa: BLE001 - record and go on to the next engine
+                    row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+                log(row)
+            # phases 1 and 2 alone (o=None: only ht), at the model's segment count: the rest of the total is phase 3
+            row = {"key": f"scan[{eng}] state only", "engine": eng, **tag}
+            try:
+                row.update(timer.time(lambda eng=eng: r4.forward(*fargs, None, None, ht, K**-0.5, 64, engine=eng)))
+            except Exception as e:  # noqa: BLE001
                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
             log(row)
         if not args.no_peers:

@@ -1,8 +1,11 @@
-"""Small pieces shared by the rungs: stand-ins for absent optional arrays, launch arithmetic, type lists."""
+"""Small pieces shared by the rungs: stand-ins for absent optional arrays, launch arithmetic, type lists, the
+device scratch kept between calls."""
 
 from __future__ import annotations
 
 import functools
+import math
+import threading
 
 import numpy as np
 from . import sim
@@ -12,7 +15,7 @@ from . import sim
 if sim.active():
     sim.install()
 
-from numba import cuda, types  # noqa: E402
+from numba import config, cuda, types  # noqa: E402
 
 
 def cdiv(a: int, b: int) -> int:
@@ -44,3 +47,42 @@ INPUT_DTYPES = (np.float32, np.float16)
 
 FLAG_COMBOS = tuple((has_g, has_beta) for has_beta in (False, True) for has_g in (False, True))
 """(has_g, has_beta) for the four recurrences, in the order of ``reference.RECURRENCES``."""
+
+
+_scratch_cache = {}
+
+
+def scratch_key(name, stream):
+    """Whose scratch buffer: one per name, calling thread, stream and device. A kernel writes the scratch and a
+    later one on the same stream reads it; two threads (or two streams) sharing one buffer could interleave their
+    launches (A's intra, B's intra, A's state) and read each other's data."""
+    dev = 0
+    if not config.ENABLE_CUDASIM:
+        dev = cuda.get_current_device().id
+    return name, threading.get_ident(), stream if isinstance(stream, int) else id(stream), dev
+
+
+def scratch(name, shape, stream):
+    """A C-contiguous float32 device array of ``shape``: a view of the start of one flat buffer per
+    :func:`scratch_key`, kept between calls and grown (replaced by a larger one) only when ``shape`` needs more
+    elements than it holds.
+
+    Why a flat buffer and not one per shape: allocating costs time, and freeing synchronises the device (Numba
+    frees in batches, with ``cuMemFree``), so a caller that alternates between shapes -- r4 runs its engine on
+    [v | 0] columns in phase 1 and on v in phase 3, and its short tail segment in between -- would otherwise
+    reallocate on every call and stall the host until the GPU drains. The contents are not kept: every caller
+    writes its scratch before it reads it.
+    """
+    key = scratch_key(name, stream)
+    n = math.prod(shape)
+    buf = _scratch_cache.get(key)
+    if buf is None or buf.size < n:
+        _scratch_cache.pop(key, None)  # drop the old buffer before allocating the larger one
+        buf = cuda.device_array(max(n, 1), np.float32, stream=stream)
+        _scratch_cache[key] = buf
+    return buf[:n].reshape(tuple(shape))
+
+
+def release_scratch():
+    """Drop every kept scratch buffer (their memory is freed once no array view of them is alive)."""
+    _scratch_cache.clear()

@@ -124,7 +124,8 @@ exp(b_C - b_t), Gamma_ts = exp(b_t - b_s) masked to s <= t before the exponentia
 decay; the inverse of the unit lower-triangular I + Lkk is exact forward substitution (no pivoting needed).
 The summation order is fixed (no atomics): results are bitwise reproducible from run to run.
 
-Scratch (kept between calls, one buffer per name, reallocated when the shape changes): bcum [B H, T'] (with g),
+Scratch (kept between calls, one flat buffer per name that grows only when a call needs more: ``_common.scratch``,
+so that r4's alternating shapes do not reallocate): bcum [B H, T'] (with g),
 u2 [B H, T', V] (with output), and for the delta rule w, qp [B H, T', K'], u [B H, T', V]: 1 GiB for the gated
 delta rule at the standard shape, 256 MiB for the additive recurrences (r2: 1.25 GiB and 642 MiB).
 """
@@ -133,12 +134,11 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 
 import numpy as np
 from numba import config, cuda, float32, types
 
-from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
+from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy, scratch, scratch_key
 from ..reference import RECURRENCES
 
 NAME = "shared"
@@ -807,29 +807,9 @@ def _rows_aligned(*arrays) -> bool:
     return True
 
 
-_scratch_cache = {}
-
-
-def _scratch_key(name, stream):
-    """Whose buffer: one per name, calling thread, stream and device. The intra kernel writes the scratch and the
-    state kernel reads it later on the same stream; two threads (or two streams) sharing one buffer could
-    interleave their launches (A's intra, B's intra, A's state) and read each other's data."""
-    dev = 0
-    if not config.ENABLE_CUDASIM:
-        dev = cuda.get_current_device().id
-    return name, threading.get_ident(), stream if isinstance(stream, int) else id(stream), dev
-
-
-def _scratch(name, shape, stream):
-    """A float32 device buffer kept between calls (per :func:`_scratch_key`, the latest shape), so that repeated
-    calls do not pay for (and synchronise on) allocation."""
-    key = _scratch_key(name, stream)
-    hit = _scratch_cache.get(key)
-    if hit is None or hit.shape != tuple(shape):
-        _scratch_cache.pop(key, None)
-        hit = cuda.device_array(tuple(shape), np.float32, stream=stream)
-        _scratch_cache[key] = hit
-    return hit
+# the scratch kept between calls lives in _common (r4 and r6 use it too); these names are r3's own API (the
+# exercise skeleton imports them)
+_scratch, _scratch_key = scratch, scratch_key
 
 
 def scratch_buffers(BH, TP, KP, V, has_g, delta, out, stream):

@@ -139,7 +139,7 @@ import numpy as np
 from numba import cuda, float32, types
 
 from .. import sim
-from .._common import INPUT_DTYPES, array_type, cdiv, or_dummy
+from .._common import INPUT_DTYPES, array_type, cdiv, or_dummy, scratch
 
 NAME = "scan"
 MAX_K = 256  # the chain kernel's shared [K, 32] tile (32 KB) and 32 rows per thread at K = 256
@@ -671,7 +671,7 @@ def _scan(p, m, h0, x, ht, kind, delta, has_g, stream):
         if kind == "chain":
             _chain_delta_kernel(has_h0, has_ht)[(cdiv(V, CHAIN_BV), BH), (CHAIN_BV, CHAIN_ROWS), stream](p, h0d, x, htd)
             return
-        src, dst = p, cuda.device_array(p.shape, np.float32, stream=stream)
+        src, dst = p, scratch("r4.tree", p.shape, stream)
         d = 1
         while d < NS:
             ncols = W if 2 * d < NS else V  # the last level needs only the S columns
@@ -685,8 +685,8 @@ def _scan(p, m, h0, x, ht, kind, delta, has_g, stream):
     if kind == "chain":
         _chain_add_kernel(has_g, has_h0, has_ht)[(cdiv(K * V, THREADS), BH), THREADS, stream](p, md, h0d, x, htd)
         return
-    src, dst = p, cuda.device_array(p.shape, np.float32, stream=stream)
-    msrc, mdst = md, (cuda.device_array(m.shape, np.float32, stream=stream) if has_g else md)
+    src, dst = p, scratch("r4.tree", p.shape, stream)
+    msrc, mdst = md, (scratch("r4.tree_m", m.shape, stream) if has_g else md)
     d = 1
     while d < NS:
         _tree_add_kernel(has_g)[(cdiv(K * V, THREADS), NS, BH), THREADS, stream](src, msrc, dst, mdst, d)
@@ -732,18 +732,18 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
     W = V + K if delta else V
 
     # phase 1: every segment's local final state (and, delta rule, its transition M), all at once
-    p = cuda.device_array((B, NS, H, K, W), np.float32, stream=stream)
+    p = scratch("r4.p", (B, NS, H, K, W), stream)
     m = None
     if delta:
-        vaug = cuda.device_array((B, T, H, W), np.float32, stream=stream)
+        vaug = scratch("r4.vaug", (B, T, H, W), stream)
         _vaug_kernel()[_launch_1d(vaug.size), THREADS, stream](v, vaug)
-        init = cuda.device_array((B, NS, H, K, W), np.float32, stream=stream)
+        init = scratch("r4.init", (B, NS, H, K, W), stream)
         _init_kernel(h0 is not None)[_launch_1d(init.size), THREADS, stream](or_dummy(h0, 4), init, V)
         v1, h01 = vaug, init
     else:
         v1, h01 = v, None
         if has_g:
-            m = cuda.device_array((B, NS, H), np.float32, stream=stream)
+            m = scratch("r4.m", (B, NS, H), stream)
             _segsum_kernel()[(NS, B * H), SEGSUM_THREADS, stream](g, m, L)
 
     def phase1(qs, ks, vs, gs, bs, h0s, hts):
@@ -752,7 +752,7 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
     _run_segments(phase1, B, T, L, [q, k, v1, g, beta], [h01, p])
 
     # phase 2: the start state of every segment, and ht
-    x = cuda.device_array((B, NS, H, K, V), np.float32, stream=stream)
+    x = scratch("r4.x", (B, NS, H, K, V), stream)
     kind = scan if scan is not None else choose_scan(B, H, K, V, NS, delta)
     _scan(p, m, h0, x, ht, kind, delta, has_g, stream)
 
