@@ -309,9 +309,11 @@ def test_module_contract():
     assert r4.NAME == "scan"
     assert r4.MAX_K == 256 and r4.MAX_V is None
     assert r4.ENGINES == ("shared", "chunked", "tensor_cores")
-    assert r4.DEFAULT_ENGINES == ("shared", "chunked") and r4.ENGINE is None
-    assert r4.engine_module(128, 128, 64).NAME == "shared"  # r6 only when asked for
-    assert r4.engine_module(128, 128, 64, "tensor_cores").NAME == "tensor_cores"
+    assert r4.DEFAULT_ENGINES == ("tensor_cores", "shared", "chunked") and r4.ENGINE is None
+    assert r4.engine_module(128, 128, 64).NAME == "tensor_cores"
+    assert r4.engine_module(128, 128, 64, "shared").NAME == "shared"
+    assert r4.engine_module(256, 128, 64).NAME == "chunked"  # K > 128: neither r6 nor r3
+    assert r4.engine_module(128, 128, 128).NAME == "chunked"  # chunk 128: r2 only
     with pytest.raises(ValueError, match="engine must be one of"):
         r4.engine_module(128, 128, 64, "recurrent")
     labels = [label for label, _, _ in r4.compile_targets()]

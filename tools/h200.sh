@@ -19,6 +19,10 @@
 #     long_engines  r4 at the two long-context shapes with each engine (r3 shared, r6 tensor_cores) and fla chunk
 #               (tools/r4_engine_probe.py; a probe file for figures/data/probes/; R4_PROBE_ARGS adds arguments,
 #               e.g. --ns-factors 1,0.5,2; R4_PROBE_TIMEOUT the seconds, default 400)
+#     scan_bench  r4 with its default engine: the long-context shapes beside fla's chunk kernels, then the standard
+#               shape alone (r4 picks one segment there: it is its engine); bench files for figures/data
+#     ncu_r6    Nsight Compute sections of r6 (decay: the split schedule's gates / state / out kernels; gated delta:
+#               r3's intra kernel and r6's state kernel) at the standard shape
 #     sanitize  compute-sanitizer memcheck, racecheck, synccheck on r2-r5 at a mid-size shape
 #               (SANITIZE_RUNGS overrides the rungs, SANITIZE_TIMEOUT the seconds per tool)
 #     ncu       Nsight Compute sections of r1, r3, r5 at the standard shape (CSV for linattn_numba.ncu)
@@ -106,6 +110,20 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
       timeout "${R4_PROBE_TIMEOUT:-400}" python3 tools/r4_engine_probe.py ${R4_PROBE_ARGS:-} --out "$out/h200_r4_engines_$sha.json" 2>&1 \
         | grep -v "NumbaPerformanceWarning\|warn(errors" | tee "$out/long_engines.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
+    scan_bench)
+      bench --shape 1,1048576,2,128,128 --recurrences decay --rungs scan --fla chunk \
+        --out "$out/h200_long_decay_$sha.json" | tee "$out/scan_bench.log" || rc=1
+      bench --shape 1,262144,2,128,128 --recurrences gated_delta --rungs scan --fla chunk \
+        --out "$out/h200_long_gdn_$sha.json" | tee -a "$out/scan_bench.log" || rc=1
+      bench --rungs scan --no-peers --out "$out/h200_scan_$sha.json" | tee -a "$out/scan_bench.log" || rc=1;;
+    ncu_r6)
+      timeout 200 ncu --clock-control none --profile-from-start off --csv --page details \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section MemoryWorkloadAnalysis \
+        --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio \
+        python3 tools/ncu_rungs.py --rungs tensor_cores --recurrences decay,gated_delta \
+        > "$out/h200_ncu_r6_$sha.csv" 2> "$out/ncu_r6.err" || rc=1
+      tail -3 "$out/ncu_r6.err";;
     sanitize_r6)
       for tool in memcheck racecheck synccheck; do
         echo "== $tool"

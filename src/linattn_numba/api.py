@@ -217,7 +217,9 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
 SEQ_US_PER_TOKEN = {"recurrent": (0.43, 0.50), "shared": (0.35, 0.70),  # 3.48 / 4.06 ms, 2.90 / 5.71 ms over 8192
                     # 1.86 ms, split schedule (figures/data/h200_r6_split_c20ff61.json) / 4.33 ms (h200_r6_0374507.json)
                     "tensor_cores": (0.226, 0.529)}
-SCAN_NS_PER_TOKEN_HEAD = (8.7, 35.6)  # 18.2 ms over 2 x 1,048,576 (decay); 18.7 ms over 2 x 262,144 (gated delta)
+# r4 with its default engine (r6): 9.69 ms over 2 x 1,048,576 (decay), 10.97 ms over 2 x 262,144 (gated delta)
+# (figures/data/probes/h200_r4_engines_6e81e14.json)
+SCAN_NS_PER_TOKEN_HEAD = (4.62, 20.9)
 SCAN_MARGIN = 0.8  # the scan must be estimated at least this much faster (the model has two points per family)
 
 
@@ -236,7 +238,8 @@ def estimate_ms(name: str, B: int, T: int, H: int, K: int, V: int, delta: bool) 
         return waves * T * SEQ_US_PER_TOKEN[name][fam] * work / 1e3
     if name == "scan":
         ns = r4_scan.choose_num_segments(B, T, H, K, V, 64, delta, n_sm)
-        engine = estimate_ms("shared", B, T, H, K, V, delta)
+        eng = r4_scan.engine_module(K, V, 64).NAME
+        engine = estimate_ms(eng if eng in SEQ_US_PER_TOKEN else "shared", B, T, H, K, V, delta)
         return max(B * H * T * SCAN_NS_PER_TOKEN_HEAD[fam] * work / 1e6, engine / ns)
     return None
 
@@ -255,7 +258,8 @@ def auto_rung(T: int, K: int, V: int, recurrence: str | None = None, chunk_size:
     Few heads and a long sequence: when ``B`` and ``H`` are given (``attention`` gives them), r4 ``scan`` is picked
     instead where :func:`estimate_ms` puts it below ``SCAN_MARGIN`` times that choice: the sequential rungs
     then run fewer blocks than the GPU has SMs and walk every token in turn, while the scan splits the sequence
-    (measured at B1 H2 K=V=128: 15x faster than r3 for decay at T = 1M, 5.5x for gated delta at T = 256K). At
+    (measured at B1 H2 K=V=128 with r6 as its engine: 28x faster than r3 for decay at T = 1M, 9.4x for gated
+    delta at T = 256K). At
     the standard shape the scan's cost model picks one segment and the estimate never prefers it.
 
     Args:

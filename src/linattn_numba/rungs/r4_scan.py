@@ -8,9 +8,9 @@ What changed and why
     sequence acts on its start state as an affine map ``S -> M S + S_local``, and affine maps compose
     associatively. r4 therefore splits the sequence into NS segments of L tokens, computes every segment's
     map in parallel, combines the maps in a scan, and runs every segment again from its true start state.
-    Phases 1 and 3 are the "engine" rung's own ``forward`` on segment views (rung ``shared`` when it is
-    registered, else ``chunked``, or ``tensor_cores`` when asked for; :data:`ENGINES`): r4 adds only the scan's
-    kernels and the bookkeeping.
+    Phases 1 and 3 are the "engine" rung's own ``forward`` on segment views (rung ``tensor_cores`` when it is
+    registered and fits, else ``shared``, else ``chunked``; any of :data:`ENGINES` when asked for): r4 adds only
+    the scan's kernels and the bookkeeping.
 
 The three phases::
 
@@ -112,8 +112,9 @@ Where the time goes: phase 2 and the bookkeeping are small; phases 1 and 3 are e
 T tokens, but with B H NS walkers instead of B H, so each costs about what the engine costs at a shape that
 fills the GPU with the same number of token-heads (B4 T8192 H16 has as many as B1 T262144 H2). r4 removes
 the under-filled sequential pass; what remains is about twice the engine's parallel work (phase 1 on V + K
-columns for the delta rule) -- so r4's speed follows its engine, and r3 ``shared`` is picked up as soon as it
-is registered (the cost model's constants were tuned with r2).
+columns for the delta rule) -- so r4's speed follows its engine, and the fastest registered engine is the
+default (the cost model's constants were tuned with r2; the segment sweep below shows its choice is also the
+best of the counts tried with r6).
 
 Measured with r3 as the engine (H200, fp32, oracle-checked; ``figures/data/h200_long_*.json``,
 ``h200_ladder_1fb09fb.json``): at B1 H2 K=V=128, decay at T = 1,048,576 took 18.2 ms against r3's 273 ms
@@ -123,6 +124,20 @@ Measured with r3 as the engine (H200, fp32, oracle-checked; ``figures/data/h200_
 the engine at about its standard-shape rate. So r4 follows its engine: being 2x faster than fla here needs an
 engine about as fast as fla is at the standard shape, which r3 (3.3x slower for decay, 2.4x for gated delta)
 is not.
+
+Measured with each engine side by side (H200, fp32, every run oracle-checked on two heads, fla in the same
+process: ``figures/data/probes/h200_r4_engines_6e81e14.json``, ``tools/h200.sh long_engines``), after r4's
+buffers and the engines' scratch stopped being reallocated on every call (``_common.scratch``: the
+reallocation had made each call wait for the GPU, 1-5 ms of host gaps inside the timed runs). At the model's
+segment count, decay at T = 1,048,576: r6 engine 9.69 ms, r3 engine 16.6 ms, fla ``chunk_simple_gla`` 10.5 ms;
+gated delta at T = 262,144: r6 engine 10.97 ms, r3 engine 13.6 ms, fla ``chunk_gated_delta_rule`` 14.2 ms. Half
+and twice the model's count were slower with both engines (r6: 11.5 / 10.3 ms decay, 12.6 / 13.2 ms gated
+delta). Phases 1 and 2 alone (``o=None``) took 2.76 ms (decay) and 6.57 ms (gated delta) with r6, so phase 3
+is ~6.9 and ~4.4 ms: for decay phase 3 is 4x the token-heads of the standard shape at r6's standard-shape
+rate; for the gated delta rule phase 1 dominates (the WY intra kernel and the state pass on V + K columns).
+Hence r6 ``tensor_cores`` leads :data:`DEFAULT_ENGINES`. The 2x over fla of issue 4 is not reached: it
+needs r6's additive output kernel and the delta family's intra kernel (each slower than fla's whole forward
+at the standard shape) to get faster.
 
 Numerics: everything float32. The affine maps are exact algebra (no approximation); the only difference from
 a single pass is the order of float32 sums (the scan composes products of up to NS maps), well inside the
@@ -147,10 +162,11 @@ MAX_V = None  # V is tiled by every kernel
 CHUNK_SIZES = (16, 32, 64, 128)  # passed through to the engine
 
 ENGINES = ("shared", "chunked", "tensor_cores")  # the rungs r4 can run its phases 1 and 3 with
-# the default engine: the first of these that is registered and fits K, V, C. r6 ``tensor_cores`` is an engine only
-# when asked for (``engine=`` or ENGINE): it is faster than r3 at the standard shape, but r4's cost model and its
-# long-context timings were measured with r2 and r3 (tools/h200.sh long_engines times r4 with each engine)
-DEFAULT_ENGINES = ("shared", "chunked")
+# the default engine: the first of these that is registered and fits K, V, C. r6 first: it was the fastest engine at
+# both long-context shapes (tools/h200.sh long_engines: figures/data/probes/h200_r4_engines_6e81e14.json, 9.7 vs
+# 16.6 ms decay, 11.0 vs 13.6 ms gated delta against r3); r3 for chunk size 128 / K > 128 is not offered by either,
+# so r2 ``chunked`` is the last resort
+DEFAULT_ENGINES = ("tensor_cores", "shared", "chunked")
 ENGINE = None  # an override of the default engine (a name from ENGINES), like NUM_SEGMENTS and SCAN below
 
 # Overrides of the cost model, for tests and experiments: None lets the model choose.
