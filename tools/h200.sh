@@ -27,7 +27,8 @@
 #               (SANITIZE_RUNGS overrides the rungs, SANITIZE_TIMEOUT the seconds per tool)
 #     ncu       Nsight Compute sections of r1, r3, r5 at the standard shape (CSV for linattn_numba.ncu)
 #   all = tests,bench (the old default); evidence = tests,bench,long; evidence2 = sweep,sanitize,ncu;
-#   next = r6_intra,long_engines,sanitize_r6,sanitize_rest,ncu (sanitize_rest: r4 delta / gated delta under the three tools;
+#   next = r6_intra,long_engines,sanitize_r6,sanitize_rest,ncu (sanitize_rest: r4 delta / gated delta under the three tools,
+#   SANITIZE_RECS overrides the recurrences;
 #   sanitize_r6: r6 tensor_cores under the three tools)
 # Outputs go to $OUT (the device tool's folder): bench JSON named for figures/data, logs, the ncu CSV.
 set -u
@@ -135,7 +136,7 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
       for tool in memcheck racecheck synccheck; do
         echo "== $tool"
         timeout "${SANITIZE_TIMEOUT:-100}" compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tools/sanitize.py \
-          --rungs scan --recurrences delta,gated_delta 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
+          --rungs scan --recurrences "${SANITIZE_RECS:-delta,gated_delta}" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
         echo "exit status ${PIPESTATUS[0]}"
       done 2>&1 | tee "$out/h200_sanitize_rest.txt";;
     ncu)
