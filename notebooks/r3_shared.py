@@ -488,8 +488,9 @@ for shape in (std, (1, 65536, 2, 128, 128)):
 # %% [markdown]
 # **r4 `scan`** attacks the first: the recurrence is linear in the state, so a *segment* of the sequence maps its
 # start state affinely, `S → M S + S_local`, and affine maps compose associatively. r4 cuts the sequence into
-# segments, computes every segment's map in parallel (with this rung as its engine: `r4_scan.DEFAULT_ENGINES` puts
-# `shared` first), combines the maps with a parallel scan, and reruns each segment from its true start state:
+# segments, computes every segment's map in parallel (with a chunked rung as its engine: `r4_scan.DEFAULT_ENGINES`
+# puts r6 `tensor_cores` first, then this rung), combines the maps with a parallel scan, and reruns each segment
+# from its true start state:
 # sequence parallelism. **r5 `warp_roles`** takes the second, the docstring's "next step": producer warps fill
 # one half of a double buffer with `cp.async` while consumer warps compute on the other half.
 #

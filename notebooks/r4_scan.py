@@ -19,7 +19,8 @@
 # 1. explain why the chunked rungs leave most of the GPU idle when there are few (batch × head) pairs and a long
 #    sequence, and why more chunks do not help;
 # 2. write a segment of the recurrence as an **affine map of its start state**, `S ↦ M S + S_loc`, compute `M`
-#    with a rung below (the *engine*: r3 `shared` by default, r6 `tensor_cores` when asked for, run on values
+#    with a rung below (the *engine*: r6 `tensor_cores` by default, r3 `shared` or r2 `chunked` where r6 does not
+#    fit or when asked for, run on values
 #    `[v | 0]` from the start state `[0 | I]`), and compose maps associatively;
 # 3. read the two ways r4 combines the segments' maps -- a sequential **chain** and a **Kogge-Stone tree** scan --
 #    and the cost model that chooses the number of segments and the scan;
@@ -153,7 +154,8 @@ show_doc(doc_between("What changed and why", "The three phases::"))
 # ## 2. The thread/block map
 #
 # The three phases, how segments become views of the inputs, and r4's own kernels, as the module docstring
-# draws them (the engine's kernels are those of rung `shared`, or `chunked`, documented in their notebooks):
+# draws them (the engine's kernels are those of rung `tensor_cores`, `shared` or `chunked`, documented in their
+# notebooks):
 
 # %%
 show_doc(doc_between("The three phases::", "Segment views:"))
@@ -287,7 +289,8 @@ show_doc(doc_between("Bytes and FLOPs per token-head", "Cost model."))
 
 
 # %% [markdown]
-# The same FLOP count with r3 `shared` as the engine, from the executed counts of r3's two kernels (its module
+# The same FLOP count with r3 `shared` as the engine (r6 executes the same products on the tensor cores, three
+# TF32 passes each), from the executed counts of r3's two kernels (its module
 # docstring, "Bytes and FLOPs", and notebook `r3_shared`, section 5: the score tiles whole, the triangular
 # products up to the diagonal, `(C + 4) / 2` terms on average). In state-only mode (phase 1) r3 skips the scores
 # `A_qk`, `Q'`, `U''` and every output product. The tree's combines are spread over the tokens of a sequence.
