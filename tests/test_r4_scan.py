@@ -58,6 +58,33 @@ def check(inp, with_h0=True, with_ht=True, **kw):
     return o, ht
 
 
+@pytest.mark.parametrize("engine", ["tensor_cores", "shared"])
+def test_repeated_calls_allocate_nothing(engine, monkeypatch):
+    """After its first call, a forward with the same shapes allocates no device memory: r4's buffers and the
+    engine's scratch are kept (``_common.scratch``), although the engine runs on [v | 0] in phase 1, on v in phase
+    3 and on a shorter tail segment in between. (Reallocating made every call wait for the GPU: freeing
+    synchronises.) Both calls still match the oracle."""
+    if engine not in rungs.RUNGS:
+        pytest.skip(f"rung {engine} not registered")
+    inp = make_inputs(1, 40, 1, 8, 12, "gated_delta", initial_state=True, seed=5)
+    o_ref, h_ref = oracle(inp)
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    outs = []
+    for attempt in range(2):
+        o = cuda.to_device(np.full((1, 40, 1, 12), np.nan, np.float32))
+        ht = cuda.to_device(np.full((1, 1, 8, 12), np.nan, np.float32))
+        if attempt == 1:  # count every allocation of the second call
+            allocs = []
+            real = cuda.device_array
+            monkeypatch.setattr(cuda, "device_array", lambda *a, **kw: allocs.append(a) or real(*a, **kw))
+        r4.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, 8**-0.5, 16,
+                   num_segments=3, engine=engine)  # 16 + 16 + 8 tokens: a shorter tail
+        outs.append((o.copy_to_host(), ht.copy_to_host()))
+    assert allocs == [], f"the second call allocated {allocs}"
+    for o, ht in outs:
+        assert rel_err(o, o_ref) <= TOL_FP32 and rel_err(ht, h_ref) <= TOL_FP32
+
+
 # (T, num_segments) -> segment lengths with C = 16 (plan_segments): equal and unequal
 #   (32, 1) one segment (the engine itself)      (32, 2) 16 + 16       (48, 3) 16 + 16 + 16
 #   (40, 3) 16 + 16 + 8 (a shorter tail)         (37, 5) 8 x 4 + 5 (not a power of two, not chunk aligned)
