@@ -428,10 +428,84 @@ if runs:
                      "|---|---|---|--:|--:|\n" + "\n".join(out)))
 
 # %% [markdown]
-# Until the probe is re-run with r3 as the engine, the docstring's argument (next section: phases 1 and 3 each cost
-# about what the engine costs at a shape that fills the GPU with as many token-heads) gives a napkin estimate of
-# r4 over r3 from r3's bench records at the standard shape: that time, times the ratio of token-heads, times the
-# work ratio of section 5. An estimate, not a measurement: the probe's shapes and its best time, next to it.
+# **The engines side by side** (`tools/r4_engine_probe.py`, run by `tools/h200.sh long_engines`): r4 with each
+# engine at the two long-context shapes, at the cost model's segment count and at half and twice it, every run
+# checked against the float64 oracle first, fla's chunk kernel in the same process. The hatched part of a bar is
+# phases 1 and 2 alone (the probe's "state only" runs, `o=None`, at the model's count), so the rest of that bar is
+# phase 3. `host ms` is the host's time to enqueue one forward (Numba's dispatch; the GPU times above exclude it).
+
+# %%
+def engine_probe():
+    """(file name, records) of the newest r4 engine probe (``*r4_engines*.json`` under figures/data, newest by its
+    ``date``), or (None, [])."""
+    docs = []
+    for p in glob.glob(os.path.join(data_dir or ".", "**", "*r4_engines*.json"), recursive=True):
+        try:
+            with open(p) as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        docs.append((str(doc.get("date", "")), os.path.basename(p), doc.get("records", [])))
+    if not docs:
+        return None, []
+    _, name, recs = max(docs)
+    return name, [r for r in recs if isinstance(r, dict) and r.get("median_ms")]
+
+
+eng_file, eng_recs = engine_probe()
+if not eng_recs:
+    print("No r4 engine probe (figures/data/**/*r4_engines*.json) yet: tools/h200.sh long_engines on a GPU writes it.")
+else:
+    groups = {}
+    for r in eng_recs:
+        sh = r["shape"]
+        groups.setdefault((r["recurrence"], tuple(sh[k] for k in "BTHKV")), []).append(r)
+    fig, axs = plt.subplots(1, len(groups), figsize=(5.2 * len(groups), 3.8), squeeze=False)
+    table = []
+    for ax, ((rec, shape), rs) in zip(axs[0], sorted(groups.items())):
+        full = [r for r in rs if r.get("engine") and "state only" not in r["key"]]
+        state = {r["engine"]: r["median_ms"] for r in rs if "state only" in r["key"]}
+        engines_here = sorted({r["engine"] for r in full}, key=lambda e: r4.ENGINES.index(e))
+        x = 0
+        ticks = []
+        for e in engines_here:
+            mine_ = sorted((r for r in full if r["engine"] == e), key=lambda r: r["num_segments"])
+            start = x
+            for r in mine_:
+                model = r["num_segments"] == r.get("model_num_segments", r["num_segments"])
+                ax.bar(x, r["median_ms"], color="C0" if e == "tensor_cores" else "C1", alpha=1.0 if model else 0.55)
+                if model and e in state:
+                    ax.bar(x, state[e], fill=False, hatch="//", edgecolor="k", linewidth=0.5)
+                ax.text(x, r["median_ms"], f"{r['median_ms']:.1f}\nNS {r['num_segments']}", ha="center",
+                        va="bottom", fontsize=7)
+                phases = f"{state[e]:.4g}" if model and e in state else ""
+                host = f"{r['host_launch_us'] / 1e3:.2g}" if r.get("host_launch_us") else ""
+                table.append(f"| {rec} | {figures.shape_str(shape)} | {e} | {r['num_segments']}"
+                             f"{' (model)' if model else ''} | {r['median_ms']:.4g} | {phases} | {host} |")
+                x += 1
+            ticks.append(((start + x - 1) / 2, f"engine {e}"))
+            x += 0.6
+        for r in rs:
+            if str(r["key"]).startswith("fla_"):
+                ax.axhline(r["median_ms"], color="C3", ls="--", lw=1, label=f"{r['key']} {r['median_ms']:.1f} ms")
+                ax.axhline(r["median_ms"] / 2, color="C3", ls=":", lw=1, label="2x faster than fla (issue 4)")
+        ax.set_xticks([t for t, _ in ticks], [lbl for _, lbl in ticks], fontsize=8)
+        ax.set_ylim(0, 1.4 * max(r["median_ms"] for r in rs))  # room for the legend above the bars
+        ax.set_ylabel("median ms (GPU)")
+        ax.set_title(f"r4 {rec}, {figures.shape_str(shape)}", fontsize=9)
+        ax.legend(fontsize=7, loc="upper right")
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"{eng_file}: bars at the model's segment count are opaque; hatched: phases 1-2 alone", fontsize=9)
+    fig.tight_layout()
+    plt.show()
+    display(Markdown("| recurrence | shape | engine | segments | median ms | phases 1-2 ms | host ms |\n"
+                     "|---|---|---|--:|--:|--:|--:|\n" + "\n".join(table)))
+
+# %% [markdown]
+# The docstring's argument (next section: phases 1 and 3 each cost about what the engine costs at a shape that
+# fills the GPU with as many token-heads) gives a napkin estimate of r4 over r3 from r3's bench records at the
+# standard shape: that time, times the ratio of token-heads, times the work ratio of section 5. An estimate, to
+# set beside the measured r3-engine bars above; the older probe's shapes and its best time are next to it.
 
 # %%
 shared_std = {r["recurrence"]: r["median_ms"] for r in (data.records if data else [])
@@ -476,10 +550,12 @@ show_doc(doc_between("Where the time goes:", "Numerics:"))
 #   (latency-bound) or `⌈log₂ NS⌉` launches of batched matmuls (more FLOPs, parallel): the model's constants come
 #   from the probe above and move with the GPU -- and with the engine: `ENGINE_BV` and `RESIDENT_*` describe r2's
 #   state kernel, while r3's walkers are `BV_TABLE`-wide, 512-thread blocks, one per SM.
-# * Everything inside a segment is the engine: r4 is as fast per token as the rung under it. The remaining gap to
-#   fla's chunk kernels is the engine's. **r5 `warp_roles`** works on it: inside r3's state pass, producer warps
-#   stream the next chunk into one half of a double buffer (`cp.async`) while consumer warps compute on the other
-#   half, the overlap r3's docstring names as its next step.
+# * Everything inside a segment is the engine: r4 is as fast per token as the rung under it, and its default
+#   engine is the fastest chunked rung, r6 `tensor_cores` (the bars above). What is left is the engine's: for
+#   decay, phase 3 (r6's split-schedule output kernel, the largest kernel of r6's decay forward); for the gated
+#   delta rule, phase 1 (the WY intra kernel and the state pass on `V + K` columns). **r5 `warp_roles`** shows one
+#   way to attack such kernels: producer warps stream the next chunk into one half of a double buffer
+#   (`cp.async`) while consumer warps compute on the other half.
 #
 # ## Exercises
 #
