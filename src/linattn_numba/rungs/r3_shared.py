@@ -125,9 +125,9 @@ decay; the inverse of the unit lower-triangular I + Lkk is exact forward substit
 The summation order is fixed (no atomics): results are bitwise reproducible from run to run.
 
 Scratch (kept between calls, one flat buffer per name that grows only when a call needs more: ``_common.scratch``,
-so that r4's alternating shapes do not reallocate): bcum [B H, T'] (with g),
-u2 [B H, T', V] (with output), and for the delta rule w, qp [B H, T', K'], u [B H, T', V]: 1 GiB for the gated
-delta rule at the standard shape, 256 MiB for the additive recurrences (r2: 1.25 GiB and 642 MiB).
+so that r4's alternating shapes do not reallocate): bcum [B H, T'] (with g), u2 [B H, T', V] (with output), and
+for the delta rule w, qp [B H, T', K'], u [B H, T', V]: 1 GiB for the gated delta rule at the standard shape, 256
+MiB for the additive recurrences (r2: 1.25 GiB and 642 MiB).
 """
 
 from __future__ import annotations

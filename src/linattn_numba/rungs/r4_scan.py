@@ -126,18 +126,18 @@ engine about as fast as fla is at the standard shape, which r3 (3.3x slower for 
 is not.
 
 Measured with each engine side by side (H200, fp32, every run oracle-checked on two heads, fla in the same
-process: ``figures/data/probes/h200_r4_engines_6e81e14.json``, ``tools/h200.sh long_engines``), after r4's
-buffers and the engines' scratch stopped being reallocated on every call (``_common.scratch``: the
-reallocation had made each call wait for the GPU, 1-5 ms of host gaps inside the timed runs). At the model's
-segment count, decay at T = 1,048,576: r6 engine 9.69 ms, r3 engine 16.6 ms, fla ``chunk_simple_gla`` 10.5 ms;
-gated delta at T = 262,144: r6 engine 10.97 ms, r3 engine 13.6 ms, fla ``chunk_gated_delta_rule`` 14.2 ms. Half
-and twice the model's count were slower with both engines (r6: 11.5 / 10.3 ms decay, 12.6 / 13.2 ms gated
-delta). Phases 1 and 2 alone (``o=None``) took 2.76 ms (decay) and 6.57 ms (gated delta) with r6, so phase 3
-is ~6.9 and ~4.4 ms: for decay phase 3 is 4x the token-heads of the standard shape at r6's standard-shape
-rate; for the gated delta rule phase 1 dominates (the WY intra kernel and the state pass on V + K columns).
-Hence r6 ``tensor_cores`` leads :data:`DEFAULT_ENGINES`. The 2x over fla of issue 4 is not reached: it
-needs r6's additive output kernel and the delta family's intra kernel (each slower than fla's whole forward
-at the standard shape) to get faster.
+process: ``figures/data/probes/h200_r4_engines_6e81e14.json``, ``tools/h200.sh long_engines``), after r4's buffers
+and the engines' scratch stopped being reallocated on every call (``_common.scratch``: the reallocation had made
+each call wait for the GPU; the same runs took 1.2-3.0 ms longer before,
+``figures/data/probes/h200_r4_engines_8eb25aa.json``). At the model's segment count, decay at T = 1,048,576: r6
+engine 9.69 ms, r3 engine 16.6 ms, fla ``chunk_simple_gla`` 10.5 ms; gated delta at T = 262,144: r6 engine 10.97
+ms, r3 engine 13.6 ms, fla ``chunk_gated_delta_rule`` 14.2 ms. Half and twice the model's count were slower with
+both engines (r6: 11.5 / 10.3 ms decay, 12.6 / 13.2 ms gated delta). Phases 1 and 2 alone (``o=None``) took 2.76
+ms (decay) and 6.57 ms (gated delta) with r6, so phase 3 is ~6.9 and ~4.4 ms: for decay phase 3 is 4x the
+token-heads of the standard shape at r6's standard-shape rate; for the gated delta rule phase 1 dominates (the WY
+intra kernel and the state pass on V + K columns). Hence r6 ``tensor_cores`` leads :data:`DEFAULT_ENGINES`. The 2x
+over fla of issue 4 is not reached: it needs r6's additive output kernel and the delta family's intra kernel (each
+slower than fla's whole forward at the standard shape) to get faster.
 
 Numerics: everything float32. The affine maps are exact algebra (no approximation); the only difference from
 a single pass is the order of float32 sums (the scan composes products of up to NS maps), well inside the
