@@ -49,6 +49,24 @@ def test_attention_float64_numpy_and_custom_scale():
     assert o.dtype == np.float32 and rel_err(o, o_ref) <= TOL_FP32
 
 
+def test_release_scratch_frees_the_kept_buffers():
+    """A chunked rung keeps its scratch after a call; ``la.release_scratch()`` drops it, and later calls still
+    compute the right answer (they allocate it again)."""
+    from linattn_numba import _common
+
+    inp = make_inputs(1, 40, 1, 8, 8, "gated_delta", seed=2)
+    args = (inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"])
+    o_ref, _ = reference.recurrent(*args)
+    la.release_scratch()
+    assert not _common._scratch_cache
+    o, _ = la.attention(*args, rung="shared", chunk_size=16)
+    assert _common._scratch_cache  # kept for the next call
+    la.release_scratch()
+    assert not _common._scratch_cache
+    o2, _ = la.attention(*args, rung="shared", chunk_size=16)
+    assert rel_err(o, o_ref) <= TOL_FP32 and rel_err(o2, o_ref) <= TOL_FP32
+
+
 def test_attention_empty_sequence():
     inp = make_inputs(1, 0, 2, 4, 4, "decay", initial_state=True)
     o, ht = la.attention(*_args(inp), initial_state=inp["initial_state"], output_final_state=True)

@@ -12,8 +12,9 @@ Quick start::
     beta = rng.uniform(0, 1, (B, T, H)).astype(np.float32)
     o, state = la.attention(q, k, v, g, beta, output_final_state=True)   # Gated DeltaNet
 
-Public names: :func:`attention`, :func:`step`, :data:`RUNGS`, :func:`auto_rung`, the oracles in
-:mod:`linattn_numba.reference`, and the simulator extension :mod:`linattn_numba.sim`.
+Public names: :func:`attention`, :func:`step`, :data:`RUNGS`, :func:`auto_rung`, :func:`release_scratch` (frees the
+device scratch the chunked rungs keep between calls), the oracles in :mod:`linattn_numba.reference`, and the
+simulator extension :mod:`linattn_numba.sim`.
 
 Importing the package does not import numba: the names above load on first use. That keeps the choice of the
 CUDA simulator open until then (``linattn_numba.sim.enable()``, the CLI's automatic switch when there is no GPU).
@@ -22,9 +23,9 @@ CUDA simulator open until then (``linattn_numba.sim.enable()``, the CLI's automa
 from . import sim
 
 __version__ = "0.1.0"
-__all__ = ["attention", "step", "auto_rung", "RUNGS", "reference", "sim", "__version__"]
+__all__ = ["attention", "step", "auto_rung", "RUNGS", "release_scratch", "reference", "sim", "__version__"]
 
-_LAZY = {"attention": "api", "step": "api", "auto_rung": "api", "RUNGS": "rungs"}
+_LAZY = {"attention": "api", "step": "api", "auto_rung": "api", "RUNGS": "rungs", "release_scratch": "_common"}
 
 
 def __getattr__(name):
