@@ -360,20 +360,22 @@ if data is not None:
     display(Image(path)) if path else print(why)
 
 
-def probe_records():
-    """Records of the scan probe's JSON files under figures/data (``*r4*probe*.json``, in any subfolder), or []."""
-    out = []
-    for p in sorted(glob.glob(os.path.join(data_dir or ".", "**", "*r4*probe*.json"), recursive=True)):
+def probe_docs(pattern):
+    """``(date, file name, records)`` of every readable JSON file under figures/data (any subfolder) matching
+    ``pattern``, in file-name order."""
+    docs = []
+    for p in sorted(glob.glob(os.path.join(data_dir or ".", "**", pattern), recursive=True)):
         try:
             with open(p) as f:
                 doc = json.load(f)
         except (OSError, ValueError):
             continue
-        out += [r for r in doc.get("records", []) if isinstance(r, dict)]
-    return out
+        docs.append((str(doc.get("date", "")), os.path.basename(p),
+                     [r for r in doc.get("records", []) if isinstance(r, dict)]))
+    return docs
 
 
-probe = probe_records()
+probe = [r for _, _, recs in probe_docs("*r4*probe*.json") for r in recs]
 if not probe:
     print("No r4 probe data (figures/data/**/*r4*probe*.json) yet: tools/r4_scan_probe.py on a GPU writes it.")
 else:
@@ -436,20 +438,13 @@ if runs:
 
 # %%
 def engine_probe():
-    """(file name, records) of the newest r4 engine probe (``*r4_engines*.json`` under figures/data, newest by its
+    """(file name, records with a time) of the newest r4 engine probe (``*r4_engines*.json``, newest by its
     ``date``), or (None, [])."""
-    docs = []
-    for p in glob.glob(os.path.join(data_dir or ".", "**", "*r4_engines*.json"), recursive=True):
-        try:
-            with open(p) as f:
-                doc = json.load(f)
-        except (OSError, ValueError):
-            continue
-        docs.append((str(doc.get("date", "")), os.path.basename(p), doc.get("records", [])))
+    docs = probe_docs("*r4_engines*.json")
     if not docs:
         return None, []
-    _, name, recs = max(docs)
-    return name, [r for r in recs if isinstance(r, dict) and r.get("median_ms")]
+    _, name, recs = max(docs, key=lambda d: d[:2])
+    return name, [r for r in recs if r.get("median_ms")]
 
 
 eng_file, eng_recs = engine_probe()

@@ -47,6 +47,31 @@ sha=$(echo "${LINATTN_GIT_SHA:-nogit}" | cut -c1-7)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/nvidia-smi.txt"
 python3 -c "import numba, numba_cuda, numpy; print('numba', numba.__version__, 'numpy', numpy.__version__)"
 bench() { python3 -m linattn_numba.cli bench "$@" 2>&1 | tail -60; return "${PIPESTATUS[0]}"; }
+# the two long-context shapes of issue 4 beside fla's chunk kernels: long_bench WHICH(decay|gdn|both) RUNGS LOG
+long_bench() {
+  local r=0
+  if [ "$1" != gdn ]; then
+    bench --shape 1,1048576,2,128,128 --recurrences decay --rungs "$2" --fla chunk \
+      --out "$out/h200_long_decay_$sha.json" | tee -a "$out/$3" || r=1
+  fi
+  if [ "$1" != decay ]; then
+    bench --shape 1,262144,2,128,128 --recurrences gated_delta --rungs "$2" --fla chunk \
+      --out "$out/h200_long_gdn_$sha.json" | tee -a "$out/$3" || r=1
+  fi
+  return $r
+}
+# Nsight Compute sections of rungs at the standard shape: ncu_rungs NAME RUNGS [more ncu arguments]
+ncu_rungs() {
+  local name=$1 rungs=$2; shift 2
+  timeout 200 ncu --clock-control none --profile-from-start off --csv --page details \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats "$@" \
+    --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio \
+    python3 tools/ncu_rungs.py --rungs "$rungs" --recurrences decay,gated_delta \
+    > "$out/h200_${name}_$sha.csv" 2> "$out/$name.err"
+  local r=$?
+  tail -3 "$out/$name.err"
+  return $r
+}
 rc=0
 for m in ${modes//,/ }; do
   echo "=== $m ($(date +%T))"
@@ -58,14 +83,8 @@ for m in ${modes//,/ }; do
       bench --rungs recurrent,shared,scan,warp_roles,tensor_cores --step --softmax --tune --out "$out/h200_ladder_$sha.json" "$@" \
         | tee "$out/bench.log" || rc=1;;
     long|long_decay|long_gdn)
-      if [ "$m" != long_gdn ]; then
-        bench --shape 1,1048576,2,128,128 --recurrences decay --rungs shared,scan --fla chunk \
-          --out "$out/h200_long_decay_$sha.json" | tee "$out/long_decay.log" || rc=1
-      fi
-      if [ "$m" != long_decay ]; then
-        bench --shape 1,262144,2,128,128 --recurrences gated_delta --rungs shared,scan --fla chunk \
-          --out "$out/h200_long_gdn_$sha.json" | tee "$out/long_gdn.log" || rc=1
-      fi;;
+      which=both; [ "$m" = long_decay ] && which=decay; [ "$m" = long_gdn ] && which=gdn
+      long_bench "$which" shared,scan "$m.log" || rc=1;;
     step)
       bench --only-step --tune step --out "$out/h200_step_$sha.json" | tee "$out/step.log" || rc=1;;
     long_scaling)
@@ -112,19 +131,10 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
         | grep -v "NumbaPerformanceWarning\|warn(errors" | tee "$out/long_engines.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     scan_bench)
-      bench --shape 1,1048576,2,128,128 --recurrences decay --rungs scan --fla chunk \
-        --out "$out/h200_long_decay_$sha.json" | tee "$out/scan_bench.log" || rc=1
-      bench --shape 1,262144,2,128,128 --recurrences gated_delta --rungs scan --fla chunk \
-        --out "$out/h200_long_gdn_$sha.json" | tee -a "$out/scan_bench.log" || rc=1
+      long_bench both scan scan_bench.log || rc=1
       bench --rungs scan --no-peers --out "$out/h200_scan_$sha.json" | tee -a "$out/scan_bench.log" || rc=1;;
     ncu_r6)
-      timeout 200 ncu --clock-control none --profile-from-start off --csv --page details \
-        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-        --section MemoryWorkloadAnalysis \
-        --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio \
-        python3 tools/ncu_rungs.py --rungs tensor_cores --recurrences decay,gated_delta \
-        > "$out/h200_ncu_r6_$sha.csv" 2> "$out/ncu_r6.err" || rc=1
-      tail -3 "$out/ncu_r6.err";;
+      ncu_rungs ncu_r6 tensor_cores --section MemoryWorkloadAnalysis || rc=1;;
     sanitize_r6)
       for tool in memcheck racecheck synccheck; do
         echo "== $tool"
@@ -140,12 +150,7 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
         echo "exit status ${PIPESTATUS[0]}"
       done 2>&1 | tee "$out/h200_sanitize_rest.txt";;
     ncu)
-      timeout 200 ncu --clock-control none --profile-from-start off --csv --page details \
-        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-        --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio \
-        python3 tools/ncu_rungs.py --rungs recurrent,shared,warp_roles --recurrences decay,gated_delta \
-        > "$out/h200_ncu_$sha.csv" 2> "$out/ncu.err" || rc=1
-      tail -3 "$out/ncu.err";;
+      ncu_rungs ncu recurrent,shared,warp_roles || rc=1;;
     *) echo "unknown mode $m" >&2; rc=2;;
   esac
 done
