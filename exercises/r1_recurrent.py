@@ -15,6 +15,15 @@ Your job
     Part 3 (optional, after part 2): ``step_kernel_vec``, the same step with 128-bit state accesses; set
     ``STEP_VEC = True`` to use it (on the H200 it took the step from 65% to 90% of the copy bandwidth).
 
+    Part 4 (optional, after part 1): what the package's rung adds to the sequence kernel. (a) The deferred decay:
+    keep ``S~`` with ``S = D S~`` in registers, where D is the product of the decays since the last
+    renormalisation, so the update is one FMA per element (``S~ += k (u / D)``) instead of a multiply and an FMA;
+    fold D into the registers whenever it would drop below ``DEFER_MIN`` (``load_scalars`` and ``tile_scalars``
+    stage the per-token factors). (b) Asynchronous staging: ``issue_copies`` starts the next tile's 16-byte
+    ``cp.async`` copies into the other half of a double buffer while the block computes on this one; set
+    ``STAGE_ASYNC = True`` so that :func:`forward` launches the kernel with ``ASYNC`` where the inputs allow it.
+    The helpers' docstrings say what each one does; the package's rung is the reference.
+
     A first version that is correct matters more than a fast one: get the thread map, the barriers and the
     butterflies right, then read the "Speed" notes of the TODO (batched staging loads, 16-byte shared loads, the
     output reduction pipelined by one token) -- they are what the package's rung adds on top.
@@ -42,7 +51,7 @@ from numba import cuda, float32, types
 
 from linattn_numba import sim
 from linattn_numba._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
-from linattn_numba.vec import ld4, st4  # noqa: F401 - part 3 (128-bit state accesses)
+from linattn_numba.vec import cp_async16, cp_async_wait_all, ld4, st4  # noqa: F401 - parts 3 and 4
 
 NAME = "recurrent"
 MAX_K = 128  # 16 state rows per lane and column at NS = 8; more would crowd the 255-register budget
@@ -63,11 +72,17 @@ ALIGN = None if sim.active() else 16
 STAGE_BATCH = 8  # global loads a thread has in flight while staging a tile (see "Speed" in the TODO)
 
 STEP_KERNEL = False  # part 2: set True once step_kernel is written; forward then launches it for T = 1
+# part 4: the deferred decay keeps D >= DEFER_MIN (1 / D <= 2**20); STAGE_ASYNC: set True once the asynchronous
+# staging is written (TC_ASYNC tokens per tile, two tiles within the static shared memory)
+DEFER_MIN = np.float32(2.0**-20)
+STAGE_ASYNC = False
+TC_ASYNC = 16
+STATIC_SMEM_MAX = 48 * 1024
 
 
 @functools.lru_cache(maxsize=None)
 def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool,
-            TC: int = TC, NS: int = NS):
+            TC: int = TC, NS: int = NS, ASYNC: bool = False):
     LOG_NS = NS.bit_length() - 1  # shuffle steps of a reduction over NS lanes (NS is a power of two)
     GROUPS = 32 // NS  # column groups per warp
     R = 4 * RC  # state rows per lane: RC chunks of 4 consecutive rows
@@ -85,6 +100,33 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
     SB = min(ITER_KQ, STAGE_BATCH)  # loads per batch (see "Speed")
     NB_KQ = (ITER_KQ + SB - 1) // SB  # batches of k / q loads per tile
     ITER_V = (TC * VB + NT - 1) // NT  # trips for a TC x VB tile of v
+    # part 4 (ASYNC): two buffers of TC token rows each (TCB rows in all); 16-byte copies per tile: k and q
+    # (NCK each), v (NCV), ITER_A per thread
+    NBUF = 2 if ASYNC else 1
+    TCB = NBUF * TC
+    NCK = TC * KP4
+    NCV = TC * (VB // 4)
+    ITER_A = (2 * NCK + NCV + NT - 1) // NT
+
+    @cuda.jit(device=True, inline="always")
+    def tile_scalars(gb, buf, lane, t0, T, gl, bl, dfold, scale):
+        """Part 4, warp 0: the per-token scalars of the tile at ``t0`` into rows ``buf * TC ..`` of ``gb`` (per token:
+        beta, beta D, 1 / D, scale D, the renormalising factor P or -1, D); lane j brings token t0 + j's log-decay
+        ``gl`` and beta ``bl``, lane 0 runs the product D over the tile (starting from ``dfold``) and folds it
+        into P where it would drop below DEFER_MIN. Returns D after the tile."""
+        pass
+
+    @cuda.jit(device=True, inline="always")
+    def load_scalars(g, beta, b, h, t, T):
+        """Part 4: token t's log-decay and beta as float32 (0 and 1 where absent or t >= T)."""
+        pass
+
+    @cuda.jit(device=True, inline="always")
+    def issue_copies(ks, qs, vs, buf, k, q, v, b, h, x, t0, T, tid):
+        """Part 4, ASYNC: start the 16-byte ``cp_async16`` copies of the tile at ``t0`` (k, q rows and block ``x``'s
+        VB columns of v) into token rows ``buf * TC ..`` of the tiles, zero-filled (``nbytes`` 0) past the sequence,
+        past K and past V. Nothing waits for them here: ``cp_async_wait_all`` and a barrier do, a tile later."""
+        pass
 
     @cuda.jit
     def recurrent_kernel(q, k, v, g, beta, h0, ht, o, scale):
@@ -246,9 +288,10 @@ def _step_kernel_vec(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT:
     return step_kernel_vec
 
 
-def _state_rows_aligned(*arrays) -> bool:
-    """Whether the vector step may use these [B, H, K, V] state buffers (``None`` entries are skipped): float32,
-    V a multiple of 4 and contiguous, every row starting on a 16-byte boundary. Given."""
+def _rows_aligned(*arrays) -> bool:
+    """Whether these 4-D arrays (``None`` entries are skipped) can be read and written 16 bytes at a time:
+    float32, the last axis a multiple of 4 long and contiguous, every row starting on a 16-byte boundary (the
+    vector step's state buffers; part 4's q, k, v). Given."""
     for a in arrays:
         if a is None:
             continue
@@ -259,6 +302,14 @@ def _state_rows_aligned(*arrays) -> bool:
     return True
 
 
+def _smem_bytes(RC: int, COLS: int, NW: int, NS: int, TC: int, NBUF: int) -> int:
+    """Static shared memory of the sequence kernel: NBUF tiles of k, q (TC x KP) and v (TC x VB), and the
+    per-token scalars. Given."""
+    KP = 4 * RC * NS
+    VB = NW * (32 // NS) * COLS
+    return 4 * NBUF * TC * (2 * KP + VB + 8)
+
+
 def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW, ns: int = NS):
     """``(RC, COLS, NW)`` for a shape: 4-row chunks per lane, columns per lane, warps per block (fewer for
     narrow V). Given."""
@@ -267,11 +318,28 @@ def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW
     return RC, cols, nw
 
 
+def staging(q, k, v, cols=None, nw=None, ns=None, tc=None, asy=None):
+    """``(ASYNC, TC)`` the sequence kernel uses for these inputs and knobs (``None``: the module default): part 4's
+    asynchronous staging where q, k, v allow 16-byte copies, the block tile is a multiple of 4 columns and two
+    tiles fit the static shared memory; otherwise through registers. Given."""
+    cols = DEFAULT_COLS if cols is None else cols
+    nw = DEFAULT_NW if nw is None else nw
+    ns = NS if ns is None else ns
+    K, V = q.shape[3], v.shape[3]
+    RC, cols, nw = launch_config(K, V, cols, nw, ns)
+    vb = nw * (32 // ns) * cols
+    asy = (STAGE_ASYNC if asy is None else asy) and vb % 4 == 0 and _rows_aligned(q, k, v)
+    if asy and _smem_bytes(RC, cols, nw, ns, TC_ASYNC if tc is None else tc, 2) <= STATIC_SMEM_MAX:
+        return True, TC_ASYNC if tc is None else tc
+    return False, TC if tc is None else tc
+
+
 def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=None, nw=None, tc=None, ns=None,
-            sw=None, cs=None, smb=None, vec=None):
+            sw=None, cs=None, smb=None, vec=None, asy=None):
     """Launch r1 (see the rung contract in :mod:`linattn_numba.rungs`). ``h0`` and ``ht`` may alias. Given."""
     cols = DEFAULT_COLS if cols is None else cols
     nw = DEFAULT_NW if nw is None else nw
+    tc_given = tc
     tc = TC if tc is None else tc
     ns = NS if ns is None else ns
     sw = SW if sw is None else sw
@@ -288,7 +356,7 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=
     if T == 1 and STEP_KERNEL:
         vec = STEP_VEC if vec is None else vec
         flags = (g is not None, beta is not None, h0 is not None, ht is not None)
-        if vec and V >= 4 and _state_rows_aligned(h0, ht):
+        if vec and V >= 4 and _rows_aligned(h0, ht):
             kern = _step_kernel_vec(cdiv(K, sw), *flags, sw, smb)
             grid = (cdiv(V, 128), B * H)
         else:
@@ -299,8 +367,9 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=
             q, k, v, or_dummy(g, 3), or_dummy(beta, 3), or_dummy(h0, 4), or_dummy(ht, 4), o, float32(scale)
         )
         return
+    asy, tc = staging(q, k, v, cols, nw, ns, tc_given, asy)
     RC, cols, nw = launch_config(K, V, cols, nw, ns)
-    kern = _kernel(RC, cols, nw, g is not None, beta is not None, h0 is not None, ht is not None, tc, ns)
+    kern = _kernel(RC, cols, nw, g is not None, beta is not None, h0 is not None, ht is not None, tc, ns, asy)
     vb = nw * (32 // ns) * cols
     grid = (cdiv(V, vb), B * H)
     kern[grid, nw * 32, stream](
@@ -311,7 +380,8 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=
 def compile_targets():
     """Every variant r1 can launch with its default knobs, as ``(label, py_func, argtypes)``: K = 128 (both input
     dtypes), K = 20 and K = 96 (float32; 96-row tiles do not divide the block, so the generic staging walk), each
-    with every recurrence, with and without state buffers; the decode-step kernel too once ``STEP_KERNEL``. Given."""
+    with every recurrence, with and without state buffers; the asynchronous staging once ``STAGE_ASYNC``, the
+    decode-step kernel once ``STEP_KERNEL``. Given."""
     f32 = types.float32
     for K, dtypes in ((128, INPUT_DTYPES), (20, (np.float32,)), (96, (np.float32,))):
         for dt in dtypes:
@@ -326,6 +396,9 @@ def compile_targets():
                     label = f"recurrent K={K} g={has_g} beta={has_beta} state={has_state} {dt.__name__}"
                     fn = _kernel(RC, cols, nw, has_g, has_beta, has_state, has_state).py_func
                     yield label, fn, argtypes
+                    if dt is np.float32 and STAGE_ASYNC:
+                        fn = _kernel(RC, cols, nw, has_g, has_beta, has_state, has_state, TC_ASYNC, NS, True)
+                        yield "async " + label, fn.py_func, argtypes
                     if dt is np.float32 and STEP_KERNEL:
                         step = _step_kernel(cdiv(K, SW), has_g, has_beta, has_state, has_state, SW, CS, SMB).py_func
                         yield "step " + label, step, argtypes

@@ -201,7 +201,9 @@ Bs, Ts, Hs, Ks, Vs = (figures.STANDARD[k] for k in "BTHKV")
 RCs, colss, nws = r1.launch_config(Ks, Vs)
 vbs = nws * r1.GROUPS * colss
 log_ns = r1.NS.bit_length() - 1
-print(f"standard shape B{Bs} T{Ts} H{Hs} K{Ks} V{Vs}, defaults NS = {r1.NS}, COLS = {colss}, NW = {nws}, TC = {r1.TC}:")
+tc_s = r1.TC_ASYNC if r1.STAGE_ASYNC else r1.TC
+print(f"standard shape B{Bs} T{Ts} H{Hs} K{Ks} V{Vs}, defaults NS = {r1.NS}, COLS = {colss}, NW = {nws}, TC = {tc_s}"
+      f" ({'cp.async double buffer' if r1.STAGE_ASYNC else 'staged through registers'}):")
 print(f"  inputs per token-head: (2K + V + 2) * 4 = {(2 * Ks + Vs + 2) * 4} bytes; q, k staged by "
       f"{-(-Vs // vbs)} blocks per head")
 print(f"  threads: B H V NS / COLS = {Bs * Hs * Vs * r1.NS // colss} = {Bs * Hs * Vs * r1.NS // colss // 32} warps "
@@ -254,15 +256,16 @@ else:
 # `COLS` (value columns per lane) trades parallelism (fewer threads) for reuse (each shared load of `k`, `q`
 # feeds `COLS` columns, and the `COLS` reductions run side by side); `NS` (lanes per column) trades shuffle steps
 # for rows per lane; `NW` (warps per block) sets how many warps share one staged tile; `TC` how many tokens one
-# pair of barriers covers. The decode step has its own: `SW`, `CS`, `SMB` (section 3). The bench's `--tune` sweep,
+# staged tile holds; `ASY` whether tiles are staged by `cp.async` into a double buffer (1) or through registers
+# between two barriers (0). The decode step has its own: `SW`, `CS`, `SMB` (section 3). The bench's `--tune` sweep,
 # from the newest data file that has one -- if that file is older than the rung's current code, its rows describe
 # the kernel as it was then, and the rung's defaults may be missing from it:
 
 # %%
-KNOBS = ("cols", "nw", "tc", "ns")
+KNOBS = ("cols", "nw", "tc", "ns", "asy")
 STEP_KNOBS = ("sw", "cs", "smb", "vec")
-DEFAULTS = dict(cols=r1.DEFAULT_COLS, nw=r1.DEFAULT_NW, tc=r1.TC, ns=r1.NS, sw=r1.SW, cs=r1.CS, smb=r1.SMB,
-                vec=int(r1.STEP_VEC))
+DEFAULTS = dict(cols=r1.DEFAULT_COLS, nw=r1.DEFAULT_NW, tc=r1.TC_ASYNC if r1.STAGE_ASYNC else r1.TC, ns=r1.NS,
+                asy=int(r1.STAGE_ASYNC), sw=r1.SW, cs=r1.CS, smb=r1.SMB, vec=int(r1.STEP_VEC))
 
 
 def tune_table(records, knobs):

@@ -46,7 +46,7 @@ from IPython.display import Code, Image, Markdown, display  # noqa: E402
 from numba import cuda, float32  # noqa: E402
 
 import linattn_numba as la  # noqa: E402
-from linattn_numba import figures, ncu, reference, rungs  # noqa: E402
+from linattn_numba import figures, ncu, reference, rungs, vec  # noqa: E402
 from linattn_numba.rungs import r3_shared as r3  # noqa: E402
 from linattn_numba.rungs import r5_warp_roles as r5  # noqa: E402
 from linattn_numba.testing import TOL_FP32, make_inputs, rel_err  # noqa: E402
@@ -98,13 +98,17 @@ display(Markdown("| constant | barrier id(s) | meaning |\n|---|---|---|\n" + "\n
 # operands (`r`: 32-bit register, `l`: 64-bit) and a `~{memory}` clobber, which stops the compiler from moving
 # shared-memory loads and stores across the barrier. Under the simulator the same names are bound to Python
 # functions: `linattn_numba.sim.bar_sync` / `bar_arrive`, and a synchronous copy for `cp_async16`. The module's
-# intrinsics section, both branches:
+# intrinsics section, both branches, then the copies, which live in `linattn_numba.vec` (r1's sequence kernel
+# stages its tiles with them too):
 
 # %%
 src = inspect.getsource(r5)
-start = src.index("def _cp_async16_py")
+start = src.index("# intrinsics: named barriers")
 stop = src.index("# producer helpers")
 display(Code(src[start:src.rindex("\n# ---", start, stop)], language="python"))
+vsrc = inspect.getsource(vec)
+display(Code(vsrc[vsrc.index("def _cp_async16_py"):vsrc.index("if config.ENABLE_CUDASIM")]
+             + vsrc[vsrc.index("    @intrinsic\n    def cp_async16"):], language="python"))
 
 # %% [markdown]
 # ### How the simulator runs named barriers

@@ -64,6 +64,26 @@ def test_step_tune_configs_are_valid():
         assert 128 % sw == 0 and sw * 32 <= 1024 and cs >= 1 and smb >= 1 and vec in (0, 1)
 
 
+def test_sequence_tune_configs_are_valid():
+    """Every (COLS, NW, TC, NS, ASYNC) of r1's sweep is a launch r1 accepts at the standard K = V = 128, and each
+    ASYNC = 1 entry really gets the double buffer there (it fits the static shared memory), so the sweep's
+    records compare the two stagings rather than a fallback with itself."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from linattn_numba.rungs import r1_recurrent as r1
+
+    def spec(last):  # what staging() reads of an array: shape, dtype, strides (the simulator skips the pointer)
+        return SimpleNamespace(shape=(4, 8192, 16, last), dtype=np.dtype(np.float32),
+                               strides=(8192 * 16 * last * 4, 16 * last * 4, last * 4, 4))
+
+    for cols, nw, tc, ns, asy in bench.TUNE_CONFIGS:
+        assert cols <= ns and 32 % ns == 0 and 1 <= tc <= 32 and nw * 32 <= 1024 and asy in (0, 1)
+        used, tc_used = r1.staging(spec(128), spec(128), spec(128), cols, nw, ns, tc, bool(asy))
+        assert (used, tc_used) == (bool(asy), tc), (cols, nw, tc, ns, asy)
+
+
 def test_only_step_flag_reaches_the_bench(monkeypatch):
     seen = []
     monkeypatch.setattr(bench, "run", lambda args: seen.append((args.only_step, args.tune)))

@@ -53,6 +53,35 @@ def test_every_rung_large(recurrence, shape):
         assert e_o <= 1e-4 and e_h <= 1e-4, f"{rung}: output {e_o:.2e}, state {e_h:.2e}"
 
 
+@pytest.mark.parametrize("asy", [True, False], ids=["async", "registers"])
+@pytest.mark.parametrize("gates", ["weak", "mixed"])
+@pytest.mark.parametrize("recurrence", ["plain", "decay", "delta", "gated_delta"])
+def test_r1_stagings_and_deferred_decay(recurrence, gates, asy):
+    """r1's two stagings (cp.async double buffer, registers) on the GPU, with gates that never renormalise the
+    deferred decay and with gates that do every few tokens (one token's decay underflowing to 0 among them)."""
+    from numba import cuda
+
+    from linattn_numba import reference
+    from linattn_numba.rungs import r1_recurrent as r1
+    from linattn_numba.testing import make_inputs, rel_err
+
+    B, T, H, K, V = 2, 1000, 3, 128, 128
+    inp = make_inputs(B, T, H, K, V, recurrence, initial_state=True, seed=7)
+    if inp["g"] is not None and gates == "mixed":
+        g = np.tile(np.array([-0.5, -3.0, -0.05, -6.0, 0.0, -200.0, -0.01], np.float32), T // 7 + 1)[:T]
+        inp["g"] = np.ascontiguousarray(np.broadcast_to(g[None, :, None], (B, T, H)))
+    o_ref, h_ref = reference.recurrent(inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],
+                                       initial_state=inp["initial_state"])
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    used, _ = r1.staging(d["q"], d["k"], d["v"], asy=asy)
+    assert used == asy
+    o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32))
+    ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32))
+    r1.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, K**-0.5, asy=asy)
+    e_o, e_h = rel_err(o.copy_to_host(), o_ref), rel_err(ht.copy_to_host(), h_ref)
+    assert e_o <= 1e-4 and e_h <= 1e-4, f"output {e_o:.2e}, state {e_h:.2e}"
+
+
 def test_float16_inputs_and_api_device_path():
     from numba import cuda
 

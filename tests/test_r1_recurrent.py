@@ -41,9 +41,14 @@ SEQ_CASES = [
 ]
 
 
+@pytest.mark.parametrize("asy", [True, False], ids=["async", "registers"])
 @pytest.mark.parametrize("shape,recurrence,knobs", SEQ_CASES, ids=lambda x: str(x))
-def test_sequence_kernel_launch_shapes(shape, recurrence, knobs):
-    e_o, e_h = _run(shape, recurrence, seed=sum(shape), **knobs)
+def test_sequence_kernel_launch_shapes(monkeypatch, shape, recurrence, knobs, asy):
+    """Both stagings: cp.async into a double buffer where q, k, v allow 16-byte copies (not at V = 30), and
+    through registers."""
+    calls = _spy(monkeypatch, "_kernel")
+    e_o, e_h = _run(shape, recurrence, seed=sum(shape), asy=asy, **knobs)
+    assert calls[-1][-1] == (asy and shape[4] % 4 == 0), calls  # the kernel's ASYNC flag
     assert e_o <= TOL_FP32, f"output: rel err {e_o:.2e}"
     assert e_h <= TOL_FP32, f"final state: rel err {e_h:.2e}"
 
@@ -101,7 +106,7 @@ def test_vector_step_falls_back_on_unaligned_state_rows(monkeypatch):
     wide[..., :V] = inp["initial_state"]
     wide_d = cuda.to_device(wide)
     state = wide_d[..., :V]  # row stride 36 bytes
-    assert not r1._state_rows_aligned(state)
+    assert not r1._rows_aligned(state)
     vec_calls = _spy(monkeypatch, "_step_kernel_vec")
     scalar_calls = _spy(monkeypatch, "_step_kernel")
     o = cuda.to_device(np.full((B, 1, H, V), np.nan, np.float32))
@@ -121,3 +126,34 @@ def test_more_columns_per_lane_than_lanes_is_rejected():
     o = cuda.device_array((1, 4, 1, 8), np.float32)
     with pytest.raises(ValueError, match="cols"):
         r1.forward(d["q"], d["k"], d["v"], None, None, o, None, None, 1.0, ns=2, cols=4)
+
+
+GATE_PATTERNS = {
+    # name -> log-decay g per token (T = 45): which renormalisations of the deferred decay they reach
+    "weak": lambda t: np.full(t, -0.01),  # D never falls below DEFER_MIN: no renormalisation at all
+    "strong": lambda t: np.full(t, -15.0),  # exp(-15) < 2**-20: a renormalisation at every token
+    "mixed": lambda t: np.tile([-0.5, -3.0, -0.05, -6.0, 0.0], t // 5 + 1)[:t],  # every few tokens, across tiles
+    "underflow": lambda t: np.where(np.arange(t) % 7 == 3, -200.0, -0.2),  # exp(g) == 0 in float32: a reset
+}
+
+
+@pytest.mark.parametrize("asy", [True, False], ids=["async", "registers"])
+@pytest.mark.parametrize("recurrence", ["decay", "gated_delta"])
+@pytest.mark.parametrize("pattern", GATE_PATTERNS)
+def test_deferred_decay_renormalises(recurrence, pattern, asy):
+    """The registers hold S~ with S = D S~ and fold D in whenever it would drop below ``DEFER_MIN``: every
+    pattern of gates (none, every token, every few tokens across tile borders, a decay that underflows to 0)
+    matches the float64 recurrence, output and final state, from an initial state."""
+    B, T, H, K, V = 1, 45, 2, 16, 12
+    inp = make_inputs(B, T, H, K, V, recurrence, initial_state=True, seed=11)
+    g = np.broadcast_to(GATE_PATTERNS[pattern](T)[None, :, None], (B, T, H)).astype(np.float32)
+    inp["g"] = np.ascontiguousarray(g)
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32))
+    ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32))
+    r1.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, K**-0.5,
+               ns=4, cols=2, nw=1, tc=8, asy=asy)  # 6 tiles: D carries over tile borders
+    o_ref, h_ref = reference.recurrent(inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],
+                                       initial_state=inp["initial_state"])
+    e_o, e_h = rel_err(o.copy_to_host(), o_ref), rel_err(ht.copy_to_host(), h_ref)
+    assert e_o <= TOL_FP32 and e_h <= TOL_FP32, (e_o, e_h)

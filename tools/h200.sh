@@ -26,6 +26,8 @@
 #     sanitize  compute-sanitizer memcheck, racecheck, synccheck on r2-r5 at a mid-size shape
 #               (SANITIZE_RUNGS overrides the rungs, SANITIZE_TIMEOUT the seconds per tool)
 #     ncu       Nsight Compute sections of r1, r3, r5 at the standard shape (CSV for linattn_numba.ncu)
+#     r1        r1 alone: its GPU tests, then the bench at the standard shape (all four recurrences, fla's fused
+#               recurrent kernels, r1's launch sweep first; the sweep's fastest launch is the one benched)
 #   all = tests,bench (the old default); evidence = tests,bench,long; evidence2 = sweep,sanitize,ncu;
 #   next = r6_intra,long_engines,sanitize_r6,sanitize_rest,ncu (sanitize_rest: r4 delta / gated delta under the three tools,
 #   SANITIZE_RECS overrides the recurrences;
@@ -79,6 +81,12 @@ for m in ${modes//,/ }; do
     tests)
       timeout 330 python3 -m pytest -m gpu tests/test_gpu.py tests/test_r4_scan.py -q -x -n 8 -p no:cacheprovider 2>&1 | tail -25 | tee "$out/gpu_tests.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
+    r1)
+      timeout 200 python3 -m pytest -m gpu tests/test_gpu.py -q -x -n 4 -p no:cacheprovider -k "r1 or step" \
+        2>&1 | tail -8 | tee "$out/gpu_tests_r1.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+      bench --rungs recurrent --fla fused_recurrent --tune seq --out "$out/h200_r1_$sha.json" "$@" \
+        | tee "$out/r1.log" || rc=1;;
     bench)
       bench --rungs recurrent,shared,scan,warp_roles,tensor_cores --step --softmax --tune --out "$out/h200_ladder_$sha.json" "$@" \
         | tee "$out/bench.log" || rc=1;;

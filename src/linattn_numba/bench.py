@@ -345,9 +345,10 @@ def bench_copy(timer, nbytes=2**30):
     return rec
 
 
-TUNE_CONFIGS = (  # (COLS, NW, TC, NS) for r1 (COLS <= NS)
-    (2, 8, 32, 8), (1, 8, 32, 4), (1, 8, 32, 8), (2, 4, 32, 8), (2, 8, 16, 8), (1, 4, 32, 8),
-    (2, 8, 32, 4), (2, 8, 32, 16), (4, 8, 32, 16), (1, 4, 32, 4),
+TUNE_CONFIGS = (  # (COLS, NW, TC, NS, ASYNC) for r1 (COLS <= NS; ASYNC 1: cp.async double buffer, TC <= 16)
+    (2, 8, 16, 8, 1), (2, 8, 32, 8, 0), (2, 8, 16, 8, 0), (1, 8, 16, 8, 1), (1, 8, 32, 8, 0),
+    (1, 8, 16, 4, 1), (1, 8, 32, 4, 0), (2, 4, 16, 8, 1), (1, 4, 16, 8, 1), (2, 8, 8, 8, 1),
+    (4, 8, 16, 16, 1), (2, 8, 32, 16, 0),
 )
 STEP_CONFIGS = (  # (SW, CS, SMB, VEC) for r1's decode step: warps splitting K, columns per lane, blocks per SM,
     # 128-bit state loads (VEC = 1: 4 columns per lane, CS is not used)
@@ -357,7 +358,8 @@ STEP_CONFIGS = (  # (SW, CS, SMB, VEC) for r1's decode step: warps splitting K, 
 
 
 def tune_recurrent(timer, shape=STANDARD, recurrence="gated_delta", configs=TUNE_CONFIGS):
-    """Time r1 over (COLS, NW) choices at one shape: the record behind r1's DEFAULT_COLS / DEFAULT_NW."""
+    """Time r1 over (COLS, NW, TC, NS, ASYNC) choices at one shape: the record behind r1's DEFAULT_COLS,
+    DEFAULT_NW, TC / TC_ASYNC, NS and STAGE_ASYNC."""
     from numba import cuda
 
     from .rungs import r1_recurrent
@@ -369,11 +371,13 @@ def tune_recurrent(timer, shape=STANDARD, recurrence="gated_delta", configs=TUNE
     o = cuda.device_array((B, T, H, V), np.float32)
     ht = cuda.device_array((B, H, K, V), np.float32)
     out = []
-    for cols, nw, tc, ns in configs:
+    for cols, nw, tc, ns, asy in configs:
         fn = lambda: r1_recurrent.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, None, ht, K**-0.5,  # noqa
-                                          cols=cols, nw=nw, tc=tc, ns=ns)
-        rec = {"key": "recurrent", "cols": cols, "nw": nw, "tc": tc, "ns": ns, "recurrence": recurrence,
-               "shape": dict(B=B, T=T, H=H, K=K, V=V)}
+                                          cols=cols, nw=nw, tc=tc, ns=ns, asy=bool(asy))
+        # the staging the launch really gets (a double buffer that does not fit falls back to registers)
+        used, tc_used = r1_recurrent.staging(d["q"], d["k"], d["v"], cols, nw, ns, tc, bool(asy))
+        rec = {"key": "recurrent", "cols": cols, "nw": nw, "tc": tc_used, "ns": ns, "asy": int(used),
+               "recurrence": recurrence, "shape": dict(B=B, T=T, H=H, K=K, V=V)}
         try:
             fn()
             cuda.synchronize()
@@ -418,7 +422,8 @@ def tune_step(timer, shape=DECODE, recurrence="gated_delta", configs=STEP_CONFIG
 
 
 def apply_best(tune):
-    """Set r1's launch defaults (COLS, NW, TC, NS and the step's SW, CS, SMB) to the fastest correct tuned ones."""
+    """Set r1's launch defaults (COLS, NW, TC, NS, the staging, and the step's SW, CS, SMB) to the fastest correct
+    tuned ones."""
     from .rungs import r1_recurrent
 
     ok = [r for r in tune if "median_ms" in r and (r.get("rel_err") or 0) <= 2e-4]
@@ -426,9 +431,13 @@ def apply_best(tune):
     seq = [r for r in ok if "cols" in r]
     if seq:
         b = min(seq, key=lambda r: r["median_ms"])
-        r1_recurrent.DEFAULT_COLS, r1_recurrent.DEFAULT_NW, r1_recurrent.TC, r1_recurrent.NS = (
-            b["cols"], b["nw"], b["tc"], b["ns"])
-        chosen.update(cols=b["cols"], nw=b["nw"], tc=b["tc"], ns=b["ns"])
+        r1_recurrent.DEFAULT_COLS, r1_recurrent.DEFAULT_NW, r1_recurrent.NS = b["cols"], b["nw"], b["ns"]
+        r1_recurrent.STAGE_ASYNC = bool(b.get("asy", 0))
+        if r1_recurrent.STAGE_ASYNC:
+            r1_recurrent.TC_ASYNC = b["tc"]
+        else:
+            r1_recurrent.TC = b["tc"]
+        chosen.update(cols=b["cols"], nw=b["nw"], tc=b["tc"], ns=b["ns"], asy=b.get("asy", 0))
     step = [r for r in ok if "sw" in r]
     if step:
         b = min(step, key=lambda r: r["median_ms"])

@@ -1,12 +1,16 @@
-"""128-bit loads and stores (and a 64-bit store), and an L2 prefetch, as Numba intrinsics (inline LLVM vector ops / PTX).
+"""128-bit loads and stores (and a 64-bit store), an L2 prefetch and asynchronous 16-byte copies, as Numba intrinsics
+(inline LLVM vector ops / PTX).
 
 Introduced by rung r3 ``shared`` (its register-blocked loops read four consecutive floats per operand and step)
-and used by r1's decode step (a streaming copy of the state) and r5. Each has a plain-Python twin that the
-simulator runs (``_ld4_py``, ``_st_py``, ``_prefetch_py``): the simulator has no vector loads and needs none.
+and used by r1's decode step (a streaming copy of the state) and r5; r5 introduced the asynchronous copies, which
+r1's sequence kernel also stages its tiles with. Each has a plain-Python twin that the simulator runs
+(``_ld4_py``, ``_st_py``, ``_prefetch_py``, ``_cp_async16_py``): the simulator has no vector loads and needs none,
+and its copies are synchronous.
 """
 
 from __future__ import annotations
 
+import numpy as np
 from numba import config, types
 
 
@@ -38,8 +42,26 @@ def _ld1_py(a, i):
     return a[i]
 
 
+def _cp_async16_py(sm, i, src, idx, nbytes):
+    """``sm[i : i + 4]`` = the 4 floats of ``src`` from ``idx`` on (zeros when ``nbytes`` is 0): the
+    simulator's (synchronous) version of :func:`cp_async16`. A tuple ``i`` counts the 4 elements on in
+    row-major order, across the last axis's end if need be (the GPU version writes 16 consecutive bytes)."""
+    vals = _ld4_py(src, idx) if nbytes else (0.0, 0.0, 0.0, 0.0)
+    if isinstance(i, tuple):
+        flat = np.ravel_multi_index(tuple(int(x) for x in i), sm.shape)
+        for e in range(4):
+            sm[tuple(int(x) for x in np.unravel_index(flat + e, sm.shape))] = vals[e]
+    else:
+        _st_py(sm, i, vals)
+
+
+def _cp_async_wait_all_py():
+    """Nothing to wait for: the simulator's copies are synchronous."""
+
+
 if config.ENABLE_CUDASIM:
     ld4, st4, st2, prefetch_l2, ld1 = _ld4_py, _st_py, _st_py, _prefetch_py, _ld1_py
+    cp_async16, cp_async_wait_all = _cp_async16_py, _cp_async_wait_all_py
 else:
     from llvmlite import ir
     from numba.cuda import cgutils
@@ -143,5 +165,55 @@ else:
             i = context.cast(builder, args[1], idx_ty, types.intp)
             ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [i], wraparound=False)
             return builder.load(ptr)
+
+        return sig, codegen
+
+    @intrinsic
+    def cp_async16(typingctx, sm, i, src, idx, nbytes):
+        """``cp.async.cg.shared.global``: copy 16 bytes from ``src[idx]`` (16-byte aligned) to ``sm[i]`` (an index
+        or a tuple of indices, 16-byte aligned) without passing through registers; ``nbytes`` (0 or 16) bytes
+        are read, the rest of the 16 zero-filled. The copy is complete (visible to this thread) after
+        :func:`cp_async_wait_all`."""
+        if not isinstance(idx, types.BaseTuple) or len(idx) != src.ndim:
+            return None
+        sig = types.void(sm, i, src, idx, nbytes)
+
+        def codegen(context, builder, sig, args):
+            smty, ity, srcty, idxty, nty = sig.args
+            sary = context.make_array(smty)(context, builder, args[0])
+            if isinstance(ity, types.BaseTuple):  # sm[i0, i1, ...] or sm[i]
+                sinds = cgutils.unpack_tuple(builder, args[1], len(ity))
+                sinds = [context.cast(builder, v, t, types.intp) for v, t in zip(sinds, ity)]
+            else:
+                sinds = [context.cast(builder, args[1], ity, types.intp)]
+            dptr = cgutils.get_item_pointer(context, builder, smty, sary, sinds, wraparound=False)
+            gary = context.make_array(srcty)(context, builder, args[2])
+            vals = cgutils.unpack_tuple(builder, args[3], len(idxty))
+            inds = [context.cast(builder, v, t, types.intp) for v, t in zip(vals, idxty)]
+            gptr = cgutils.get_item_pointer(context, builder, srcty, gary, inds, wraparound=False)
+            i64 = ir.IntType(64)
+            n32 = context.cast(builder, args[4], nty, types.int32)
+            fnty = ir.FunctionType(ir.VoidType(), [i64, i64, ir.IntType(32)])
+            asm = ir.InlineAsm(
+                fnty,
+                "{ .reg .u64 d64, g64; .reg .u32 d32; cvta.to.shared.u64 d64, $0; cvt.u32.u64 d32, d64; "
+                "cvta.to.global.u64 g64, $1; cp.async.cg.shared.global [d32], [g64], 16, $2; }",
+                "l,l,r,~{memory}",
+                side_effect=True,
+            )
+            builder.call(asm, [builder.ptrtoint(dptr, i64), builder.ptrtoint(gptr, i64), n32])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def cp_async_wait_all(typingctx):
+        """``cp.async.wait_all``: wait until this thread's cp.async copies have landed in shared memory."""
+        sig = types.void()
+
+        def codegen(context, builder, sig, args):
+            fnty = ir.FunctionType(ir.VoidType(), [])
+            builder.call(ir.InlineAsm(fnty, "cp.async.wait_all;", "~{memory}", side_effect=True), [])
+            return context.get_dummy_value()
 
         return sig, codegen

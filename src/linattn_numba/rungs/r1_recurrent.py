@@ -97,7 +97,7 @@ from numba import cuda, float32, types
 
 from .. import sim
 from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
-from ..vec import ld4, st4
+from ..vec import cp_async16, cp_async_wait_all, ld4, st4
 
 NAME = "recurrent"
 MAX_K = 128  # 16 state rows per lane and column at NS = 8; more would crowd the 255-register budget
@@ -115,11 +115,19 @@ DEFAULT_NW = 8  # warps per block
 # 128-bit shared load; the simulator rejects the argument (and needs no alignment)
 ALIGN = None if sim.active() else 16
 STAGE_BATCH = 8  # global loads a thread has in flight while staging a tile
+# Asynchronous staging (cp.async into a double buffer) where q, k, v allow 16-byte copies: the next tile lands
+# while this one is computed on, so the block no longer stops for the staging's memory latency once a tile
+STAGE_ASYNC = True
+TC_ASYNC = 16  # two buffers of 32 tokens (80 KB at K = 128) would not fit the 48 KB of static shared memory
+STATIC_SMEM_MAX = 48 * 1024
+# Deferred decay: the registers hold S~ with S = D S~; D (the product of the decays since the last
+# renormalisation) stays >= DEFER_MIN, so 1 / D <= 2**20 and S~ is at most 2**20 times larger than S
+DEFER_MIN = np.float32(2.0**-20)
 
 
 @functools.lru_cache(maxsize=None)
 def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool,
-            TC: int = TC, NS: int = NS):
+            TC: int = TC, NS: int = NS, ASYNC: bool = False):
     LOG_NS = NS.bit_length() - 1
     GROUPS = 32 // NS
     R = 4 * RC  # state rows per lane: RC chunks of 4 consecutive rows
@@ -128,6 +136,8 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
     VB = NW * GROUPS * COLS  # value columns per block
     VBC = VB // COLS
     NT = NW * 32
+    NBUF = 2 if ASYNC else 1  # ASYNC: a double buffer, the next tile lands while this one is computed on
+    TCB = NBUF * TC  # token rows of the shared tiles
     # Staging trips per thread (compile-time constants). When NT is a multiple of the tile's row length, a
     # thread stages one fixed k/q row index (or v column) at every (NT / KP)-th token: its index arithmetic is
     # loop invariant. Otherwise the generic flat walk e = tid + m NT over the tile.
@@ -137,6 +147,79 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
     SB = min(ITER_KQ, STAGE_BATCH)
     NB_KQ = (ITER_KQ + SB - 1) // SB
     ITER_V = (TC * VB + NT - 1) // NT
+    # ASYNC: 16-byte copies per tile, k and q (TC KP4 each), then v (TC VB / 4), dealt round-robin to the threads
+    NCK = TC * KP4
+    NCV = TC * (VB // 4)
+    ITER_A = (2 * NCK + NCV + NT - 1) // NT
+
+    @cuda.jit(device=True, inline="always")
+    def tile_scalars(gb, buf, lane, t0, T, gl, bl, dfold, scale):
+        """Warp 0: the per-token scalars of the tile at ``t0`` into buffer ``buf`` of ``gb``; lane j brings token t0 + j's
+        log-decay ``gl`` and beta ``bl``. Returns the running decay product D after the tile (lane 0's)."""
+        if lane < TC:
+            dec = float32(math.exp(gl)) if HAS_G else float32(1.0)
+            gb[buf * TC + lane, 0] = bl
+            gb[buf * TC + lane, 1] = bl
+            gb[buf * TC + lane, 2] = dec  # (HAS_G: read by the pass below, which overwrites it with 1 / D)
+            gb[buf * TC + lane, 3] = scale
+            gb[buf * TC + lane, 4] = float32(-1.0)
+            gb[buf * TC + lane, 5] = float32(1.0)
+        if HAS_G:
+            # Deferred decay: the running product D of the decays since the last renormalisation, one token
+            # after another (a sequential product with resets: TC multiplies on one lane per tile).
+            cuda.syncwarp(FULL_MASK)  # every lane's decay is in gb before lane 0 reads them
+            if lane == 0:
+                for j in range(min(TC, T - t0)):
+                    p = dfold * gb[buf * TC + j, 2]
+                    if p < DEFER_MIN:  # fold p into the registers at token j; D restarts at 1
+                        gb[buf * TC + j, 4] = p
+                        dfold = float32(1.0)
+                    else:
+                        dfold = p
+                    gb[buf * TC + j, 1] = gb[buf * TC + j, 0] * dfold
+                    gb[buf * TC + j, 2] = float32(1.0) / dfold
+                    gb[buf * TC + j, 3] = scale * dfold
+                    gb[buf * TC + j, 5] = dfold
+        return dfold
+
+    @cuda.jit(device=True, inline="always")
+    def load_scalars(g, beta, b, h, t, T):
+        """Token t's log-decay and beta (0 and 1 where absent or past the sequence)."""
+        gl = float32(0.0)
+        bl = float32(1.0)
+        if t < T:
+            if HAS_G:
+                gl = float32(g[b, t, h])
+            if HAS_BETA:
+                bl = float32(beta[b, t, h])
+        return gl, bl
+
+    @cuda.jit(device=True, inline="always")
+    def issue_copies(ks, qs, vs, buf, k, q, v, b, h, x, t0, T, tid):
+        """ASYNC: start the 16-byte copies of the tile at ``t0`` into buffer ``buf``, zero-filled past the
+        sequence, past K and past V; nothing waits for them here."""
+        K = k.shape[3]
+        V = v.shape[3]
+        for m in range(ITER_A):
+            e = tid + m * NT
+            if e < 2 * NCK:
+                ek = e % NCK
+                tt = ek // KP4
+                i4 = ek % KP4
+                inside = t0 + tt < T and 4 * i4 < K
+                src = (b, min(t0 + tt, T - 1), h, min(4 * i4, K - 4))
+                if e < NCK:
+                    cp_async16(ks, (buf * TC + tt, i4, 0), k, src, 16 if inside else 0)
+                else:
+                    cp_async16(qs, (buf * TC + tt, i4, 0), q, src, 16 if inside else 0)
+            elif e < 2 * NCK + NCV:
+                ev = e - 2 * NCK
+                tt = ev // (VB // 4)
+                jj = 4 * (ev % (VB // 4))
+                j = x * VB + jj
+                inside = t0 + tt < T and j < V
+                cp_async16(vs, (buf * TC + tt, jj // COLS, jj % COLS), v,
+                           (b, min(t0 + tt, T - 1), h, min(j, V - 4)), 16 if inside else 0)
 
     @cuda.jit
     def recurrent_kernel(q, k, v, g, beta, h0, ht, o, scale):
@@ -153,10 +236,12 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
 
         # 16-byte aligned tiles whose last axis is 4 rows (k, q) or COLS columns (v): a lane's values are one
         # vector load (ld.shared.v4), and the NS lanes of a column read consecutive 16-byte chunks (no conflicts)
-        ks = cuda.shared.array((TC, KP4, 4), float32, alignment=ALIGN)
-        qs = cuda.shared.array((TC, KP4, 4), float32, alignment=ALIGN)
-        vs = cuda.shared.array((TC, VBC, COLS), float32, alignment=ALIGN)
-        gb = cuda.shared.array((TC, 4), float32, alignment=ALIGN)  # per token: beta, beta * decay, decay
+        # (ASYNC: two buffers, token rows [0, TC) and [TC, 2 TC))
+        ks = cuda.shared.array((TCB, KP4, 4), float32, alignment=ALIGN)
+        qs = cuda.shared.array((TCB, KP4, 4), float32, alignment=ALIGN)
+        vs = cuda.shared.array((TCB, VBC, COLS), float32, alignment=ALIGN)
+        # per token: beta, beta D, 1 / D, scale D, the renormalising factor P (-1: none), D; "Deferred decay"
+        gb = cuda.shared.array((TCB, 8), float32, alignment=ALIGN)
 
         S = cuda.local.array((R, COLS), float32)  # S[4 m + e, c] = state[4 (m NS + sl) + e, col0 + c]
         kr = cuda.local.array(R, float32)
@@ -190,70 +275,84 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                     if i < K and j < V:
                         S[r, c] = h0[b, h, i, j]
 
+        dfold = float32(1.0)  # warp 0, lane 0: the running decay product D (deferred decay)
+        gl = float32(0.0)  # ASYNC, warp 0: lane j's token of the tile after the next one (prefetched scalars)
+        bl = float32(1.0)
+        if ASYNC:
+            # prologue: tile 0's copies in flight, its scalars staged, tile 1's scalars on their way
+            issue_copies(ks, qs, vs, 0, k, q, v, b, h, cuda.blockIdx.x, 0, T, tid)
+            if tid < 32:
+                gl, bl = load_scalars(g, beta, b, h, lane, T)
+                dfold = tile_scalars(gb, 0, lane, 0, T, gl, bl, dfold, scale)
+                gl, bl = load_scalars(g, beta, b, h, TC + lane, T)
+
+        buf = 0  # the buffer this tile is in (ASYNC: alternates)
         for t0 in range(0, T, TC):
-            # Stage TC tokens. Consecutive threads read consecutive addresses. The loads go in batches of SB
-            # per thread into registers, then to shared memory: a batch's loads are independent and issue back
-            # to back, so the block waits for one memory latency per batch, not one per element (a plain
-            # load-then-store loop waits for every element in turn, and staging dominated the kernel). Indices are
-            # clamped so every load is in bounds; the values are masked when stored. q is stored times scale.
-            for ib in range(NB_KQ):
-                for m in range(SB):
-                    if FAST_KQ:
-                        tt = tid // KP + (ib * SB + m) * (NT // KP)
-                        i = ik
+            if ASYNC:
+                cp_async_wait_all()  # this thread's copies of the tile have landed
+                # The tile (everyone's copies, warp 0's scalars) is complete, and every warp is done with the
+                # previous tile, whose buffer the next copies overwrite.
+                cuda.syncthreads()
+                if t0 + TC < T:
+                    issue_copies(ks, qs, vs, 1 - buf, k, q, v, b, h, cuda.blockIdx.x, t0 + TC, T, tid)
+                    if tid < 32:  # the next tile's scalars from registers; the one after that starts loading
+                        dfold = tile_scalars(gb, 1 - buf, lane, t0 + TC, T, gl, bl, dfold, scale)
+                        gl, bl = load_scalars(g, beta, b, h, t0 + 2 * TC + lane, T)
+            else:
+                # Stage TC tokens. Consecutive threads read consecutive addresses. The loads go in batches of
+                # SB per thread into registers, then to shared memory: a batch's loads are independent and issue
+                # back to back, so the block waits for one memory latency per batch, not one per element (a
+                # plain load-then-store loop waits for every element in turn, and staging dominated the
+                # kernel). Indices are clamped so every load is in bounds; the values are masked when stored.
+                for ib in range(NB_KQ):
+                    for m in range(SB):
+                        if FAST_KQ:
+                            tt = tid // KP + (ib * SB + m) * (NT // KP)
+                            i = ik
+                        else:
+                            e = tid + (ib * SB + m) * NT
+                            tt = e // KP
+                            i = e % KP
+                        tc = min(t0 + tt, T - 1)
+                        ic = min(i, K - 1)
+                        kb[m] = float32(kbh[tc, ic])
+                        qb[m] = float32(qbh[tc, ic])
+                    for m in range(SB):
+                        if FAST_KQ:
+                            tt = tid // KP + (ib * SB + m) * (NT // KP)
+                            i = ik
+                        else:
+                            e = tid + (ib * SB + m) * NT
+                            tt = e // KP
+                            i = e % KP
+                        if tt < TC:
+                            keep = t0 + tt < T and i < K
+                            ks[tt, i // 4, i % 4] = kb[m] if keep else float32(0.0)
+                            qs[tt, i // 4, i % 4] = qb[m] if keep else float32(0.0)
+                for m in range(ITER_V):
+                    if FAST_V:
+                        tt = tid // VB + m * (NT // VB)
+                        jj = iv
                     else:
-                        e = tid + (ib * SB + m) * NT
-                        tt = e // KP
-                        i = e % KP
-                    tc = min(t0 + tt, T - 1)
-                    ic = min(i, K - 1)
-                    kb[m] = float32(kbh[tc, ic])
-                    qb[m] = float32(qbh[tc, ic])
-                for m in range(SB):
-                    if FAST_KQ:
-                        tt = tid // KP + (ib * SB + m) * (NT // KP)
-                        i = ik
+                        e = tid + m * NT
+                        tt = e // VB
+                        jj = e % VB
+                    vb[m] = float32(vbh[min(t0 + tt, T - 1), min(cuda.blockIdx.x * VB + jj, V - 1)])
+                for m in range(ITER_V):
+                    if FAST_V:
+                        tt = tid // VB + m * (NT // VB)
+                        jj = iv
                     else:
-                        e = tid + (ib * SB + m) * NT
-                        tt = e // KP
-                        i = e % KP
+                        e = tid + m * NT
+                        tt = e // VB
+                        jj = e % VB
                     if tt < TC:
-                        keep = t0 + tt < T and i < K
-                        ks[tt, i // 4, i % 4] = kb[m] if keep else float32(0.0)
-                        qs[tt, i // 4, i % 4] = float32(scale) * qb[m] if keep else float32(0.0)
-            for m in range(ITER_V):
-                if FAST_V:
-                    tt = tid // VB + m * (NT // VB)
-                    jj = iv
-                else:
-                    e = tid + m * NT
-                    tt = e // VB
-                    jj = e % VB
-                vb[m] = float32(vbh[min(t0 + tt, T - 1), min(cuda.blockIdx.x * VB + jj, V - 1)])
-            for m in range(ITER_V):
-                if FAST_V:
-                    tt = tid // VB + m * (NT // VB)
-                    jj = iv
-                else:
-                    e = tid + m * NT
-                    tt = e // VB
-                    jj = e % VB
-                if tt < TC:
-                    keep = t0 + tt < T and cuda.blockIdx.x * VB + jj < V
-                    vs[tt, jj // COLS, jj % COLS] = vb[m] if keep else float32(0.0)
-            if tid < TC:  # per-token scalars, one token per thread of warp 0 (TC <= 32)
-                t = t0 + tid
-                bet = float32(1.0)
-                dec = float32(1.0)
-                if t < T:
-                    if HAS_G:
-                        dec = float32(math.exp(float32(g[b, t, h])))
-                    if HAS_BETA:
-                        bet = float32(beta[b, t, h])
-                gb[tid, 0] = bet
-                gb[tid, 1] = bet * dec  # k . (dec S) = dec (k . S): the decay is folded into u and the update
-                gb[tid, 2] = dec
-            cuda.syncthreads()  # the staged tile is complete before any warp reads it
+                        keep = t0 + tt < T and cuda.blockIdx.x * VB + jj < V
+                        vs[tt, jj // COLS, jj % COLS] = vb[m] if keep else float32(0.0)
+                if tid < 32:  # per-token scalars, one token per lane of warp 0 (TC <= 32)
+                    gl, bl = load_scalars(g, beta, b, h, t0 + lane, T)
+                    dfold = tile_scalars(gb, 0, lane, t0, T, gl, bl, dfold, scale)
+                cuda.syncthreads()  # the staged tile is complete before any warp reads it
 
             # Software pipelined by one token: token tt's output dot product is summed over the NS lanes in
             # iteration tt + 1, its shuffles interleaved with token tt + 1's k . S shuffles -- two independent
@@ -261,17 +360,25 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
             ntok = min(TC, T - t0)
             for c in range(COLS):
                 accp[c] = float32(0.0)
+            tb = buf * TC  # the tile's first row in the buffers
             for tt in range(ntok):
-                bet = gb[tt, 0]
-                bdec = gb[tt, 1]
-                dec = gb[tt, 2]
+                bet = gb[tb + tt, 0]
+                bdec = gb[tb + tt, 1]  # beta D
+                inv_d = gb[tb + tt, 2]
+                oscale = gb[tb + tt, 3]  # scale D
+                if HAS_G:
+                    pf = gb[tb + tt, 4]
+                    if pf >= float32(0.0):  # renormalise (uniform over the block: one head, one token)
+                        for r in range(R):
+                            for c in range(COLS):
+                                S[r, c] *= pf
                 for r in range(R):
-                    kr[r] = ks[tt, (r // 4) * NS + sl, r % 4]
-                    qr[r] = qs[tt, (r // 4) * NS + sl, r % 4]
+                    kr[r] = ks[tb + tt, (r // 4) * NS + sl, r % 4]
+                    qr[r] = qs[tb + tt, (r // 4) * NS + sl, r % 4]
                 for c in range(COLS):
                     kS[c] = float32(0.0)
                     if HAS_BETA:
-                        # k . S over this lane's rows in 4 independent partial sums (a 4x shorter chain)
+                        # k . S~ over this lane's rows in 4 independent partial sums (a 4x shorter chain)
                         for pi in range(4):
                             ps[pi] = float32(0.0)
                         for r in range(R):
@@ -287,20 +394,20 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                     mine += wsel[c] * accp[c]
                 for c in range(COLS):
                     if HAS_BETA:
-                        u[c] = bet * vs[tt, grp, c] - bdec * kS[c]
+                        u[c] = bet * vs[tb + tt, grp, c] - bdec * kS[c]  # beta (v - k . (D S~))
                     else:
-                        u[c] = vs[tt, grp, c]
+                        u[c] = vs[tb + tt, grp, c]
+                    if HAS_G:
+                        u[c] *= inv_d  # S = D S~ + k u  <=>  S~ <- S~ + k (u / D)
                 for c in range(COLS):
                     for pi in range(4):
                         ps[pi] = float32(0.0)
                     for r in range(R):
-                        if HAS_G:
-                            s_new = S[r, c] * dec + kr[r] * u[c]
-                        else:
-                            s_new = S[r, c] + kr[r] * u[c]
+                        s_new = S[r, c] + kr[r] * u[c]  # one FFMA per element, with or without a decay
                         S[r, c] = s_new
                         ps[r % 4] += qr[r] * s_new
-                    accp[c] = (ps[0] + ps[1]) + (ps[2] + ps[3])  # this lane's part; summed next iteration
+                    # this lane's part of scale q . S = scale D q . S~; summed over the lanes next iteration
+                    accp[c] = oscale * ((ps[0] + ps[1]) + (ps[2] + ps[3]))
                 if tt > 0 and sl < COLS and jo < V:
                     obh[t0 + tt - 1] = mine
             # drain the pipeline: the tile's last output
@@ -312,15 +419,21 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                 mine += wsel[c] * accp[c]
             if sl < COLS and jo < V:
                 obh[t0 + ntok - 1] = mine
-            cuda.syncthreads()  # every warp is done with the tile before the next stage overwrites it
+            if ASYNC:
+                buf = 1 - buf
+            else:
+                cuda.syncthreads()  # every warp is done with the tile before the next stage overwrites it
 
         if HAS_HT:
+            d_last = float32(1.0)
+            if HAS_G:  # the last token's D (the last tile's scalars are still staged: nothing wrote gb since)
+                d_last = gb[(((T - 1) // TC) % NBUF) * TC + (T - 1) % TC, 5]
             for r in range(R):
                 i = 4 * ((r // 4) * NS + sl) + r % 4
                 for c in range(COLS):
                     j = col0 + c
                     if i < K and j < V:
-                        ht[b, h, i, j] = S[r, c]
+                        ht[b, h, i, j] = d_last * S[r, c]
 
     return recurrent_kernel
 
@@ -423,7 +536,7 @@ def _step_kernel(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: boo
 def _step_kernel_vec(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT: bool, SW: int = SW,
                      SMB: int = SMB):
     """The decode step with 128-bit state loads and stores (``ld4`` / ``st4`` of :mod:`linattn_numba.vec`), for
-    float32 state buffers whose rows are 16-byte aligned (:func:`_state_rows_aligned`; the others take
+    float32 state buffers whose rows are 16-byte aligned (:func:`_rows_aligned`; the others take
     :func:`_step_kernel`).
 
     Thread map: lane -> the 4 consecutive value columns ``4 lane .. 4 lane + 3`` of the block's 128-column tile
@@ -510,9 +623,11 @@ def _step_kernel_vec(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT:
     return step_kernel_vec
 
 
-def _state_rows_aligned(*arrays) -> bool:
-    """Whether the vector step may use these [B, H, K, V] state buffers (``None`` entries are skipped): float32,
-    V a multiple of 4 and contiguous, every row starting on a 16-byte boundary."""
+def _rows_aligned(*arrays) -> bool:
+    """Whether these 4-D arrays (``None`` entries are skipped) can be read and written 16 bytes at a time:
+    float32, the last axis a multiple of 4 long and contiguous, every row starting on a 16-byte boundary. The
+    vector decode step asks it of the [B, H, K, V] state buffers, the sequence kernel's asynchronous staging of
+    q, k and v."""
     for a in arrays:
         if a is None:
             continue
@@ -521,6 +636,14 @@ def _state_rows_aligned(*arrays) -> bool:
         if not sim.active() and a.__cuda_array_interface__["data"][0] % 16:
             return False
     return True
+
+
+def _smem_bytes(RC: int, COLS: int, NW: int, NS: int, TC: int, NBUF: int) -> int:
+    """Static shared memory of the sequence kernel: NBUF tiles of k, q (TC x KP) and v (TC x VB), and the
+    per-token scalars."""
+    KP = 4 * RC * NS
+    VB = NW * (32 // NS) * COLS
+    return 4 * NBUF * TC * (2 * KP + VB + 8)
 
 
 def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW, ns: int = NS):
@@ -532,12 +655,29 @@ def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW
     return RC, cols, nw
 
 
+def staging(q, k, v, cols=None, nw=None, ns=None, tc=None, asy=None):
+    """``(ASYNC, TC)`` the sequence kernel uses for these inputs and knobs (``None``: the module default).
+    Asynchronous staging needs 16-byte copies of q, k and v (:func:`_rows_aligned`), a block tile of a multiple
+    of 4 columns, and two tiles within the static shared memory; otherwise the tile goes through registers."""
+    cols = DEFAULT_COLS if cols is None else cols
+    nw = DEFAULT_NW if nw is None else nw
+    ns = NS if ns is None else ns
+    K, V = q.shape[3], v.shape[3]
+    RC, cols, nw = launch_config(K, V, cols, nw, ns)
+    vb = nw * (32 // ns) * cols
+    asy = (STAGE_ASYNC if asy is None else asy) and vb % 4 == 0 and _rows_aligned(q, k, v)
+    if asy and _smem_bytes(RC, cols, nw, ns, TC_ASYNC if tc is None else tc, 2) <= STATIC_SMEM_MAX:
+        return True, TC_ASYNC if tc is None else tc
+    return False, TC if tc is None else tc
+
+
 def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=None, nw=None, tc=None, ns=None,
-            sw=None, cs=None, smb=None, vec=None):
+            sw=None, cs=None, smb=None, vec=None, asy=None):
     """Launch r1 (see the rung contract in :mod:`linattn_numba.rungs`). ``h0`` and ``ht`` may alias."""
     # launch knobs default to the module's tuned values, read at call time (the bench's --tune may set them)
     cols = DEFAULT_COLS if cols is None else cols
     nw = DEFAULT_NW if nw is None else nw
+    tc_given = tc
     tc = TC if tc is None else tc
     ns = NS if ns is None else ns
     sw = SW if sw is None else sw
@@ -554,7 +694,7 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=
     if T == 1:
         vec = STEP_VEC if vec is None else vec
         flags = (g is not None, beta is not None, h0 is not None, ht is not None)
-        if vec and V >= 4 and _state_rows_aligned(h0, ht):
+        if vec and V >= 4 and _rows_aligned(h0, ht):
             kern = _step_kernel_vec(cdiv(K, sw), *flags, sw, smb)
             grid = (cdiv(V, 128), B * H)
         else:
@@ -565,9 +705,10 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=
             q, k, v, or_dummy(g, 3), or_dummy(beta, 3), or_dummy(h0, 4), or_dummy(ht, 4), o, float32(scale)
         )
         return
+    asy, tc = staging(q, k, v, cols, nw, ns, tc_given, asy)
     RC, cols, nw = launch_config(K, V, cols, nw, ns)
-    kern = _kernel(RC, cols, nw, g is not None, beta is not None, h0 is not None, ht is not None, tc, ns)
     vb = nw * (32 // ns) * cols
+    kern = _kernel(RC, cols, nw, g is not None, beta is not None, h0 is not None, ht is not None, tc, ns, asy)
     grid = (cdiv(V, vb), B * H)
     kern[grid, nw * 32, stream](
         q, k, v, or_dummy(g, 3), or_dummy(beta, 3), or_dummy(h0, 4), or_dummy(ht, 4), o, float32(scale)
@@ -578,7 +719,8 @@ def compile_targets():
     """Every variant r1 can launch with its default knobs, as ``(label, py_func, argtypes)``: K = 128 (both input
     dtypes; the staging walk with a fixed row per thread), K = 20 (float32; R = 4 rows per lane) and K = 96
     (float32; 96-row tiles do not divide the block, so the generic staging walk), each with every recurrence,
-    with and without state buffers, for the sequence and the decode-step kernel."""
+    with and without state buffers, for the sequence kernel (float32: also its asynchronous staging) and the
+    decode-step kernel."""
     f32 = types.float32
     for K, dtypes in ((128, INPUT_DTYPES), (20, (np.float32,)), (96, (np.float32,))):
         for dt in dtypes:
@@ -593,6 +735,9 @@ def compile_targets():
                     label = f"recurrent K={K} g={has_g} beta={has_beta} state={has_state} {dt.__name__}"
                     fn = _kernel(RC, cols, nw, has_g, has_beta, has_state, has_state).py_func
                     yield label, fn, argtypes
+                    if dt is np.float32:  # the asynchronous staging (16-byte copies need float32 rows)
+                        fn = _kernel(RC, cols, nw, has_g, has_beta, has_state, has_state, TC_ASYNC, NS, True)
+                        yield "async " + label, fn.py_func, argtypes
                     if dt is np.float32:
                         step = _step_kernel(cdiv(K, SW), has_g, has_beta, has_state, has_state, SW, CS, SMB).py_func
                         yield "step " + label, step, argtypes

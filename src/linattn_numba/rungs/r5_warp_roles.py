@@ -117,7 +117,7 @@ from numba import config, cuda, float32, types
 from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
 from ..reference import RECURRENCES
 from . import r3_shared as r3
-from ..vec import _ld4_py, _st_py, ld4, st4
+from ..vec import cp_async16, cp_async_wait_all, ld4, st4
 from .r3_shared import _mm_nn, _stage_input, _stage_input4, _stage_scratch
 
 NAME = "warp_roles"
@@ -140,21 +140,8 @@ BAR_PROD = 6
 # ----------------------------------------------------------------------------------------------------------
 # intrinsics: named barriers and asynchronous copies (inline PTX)
 # ----------------------------------------------------------------------------------------------------------
-def _cp_async16_py(sm, i, src, idx, nbytes):
-    """``sm[i : i + 4]`` = the 4 floats of ``src`` from ``idx`` on (zeros when ``nbytes`` is 0): the
-    simulator's (synchronous) version of :func:`cp_async16`."""
-    _st_py(sm, i, _ld4_py(src, idx) if nbytes else (0.0, 0.0, 0.0, 0.0))
-
-
-def _cp_async_wait_all_py():
-    """Nothing to wait for: the simulator's copies are synchronous."""
-
-
 if config.ENABLE_CUDASIM:
     from ..sim import bar_arrive, bar_sync
-
-    cp_async16 = _cp_async16_py
-    cp_async_wait_all = _cp_async_wait_all_py
 else:
     from llvmlite import ir
     from numba.cuda import cgutils
@@ -186,49 +173,6 @@ else:
     bar_arrive.__doc__ = """``bar.arrive id, count``: count this thread's arrival at named barrier ``id`` and go on
     without waiting (the producer half of a producer/consumer handshake)."""
 
-    @intrinsic
-    def cp_async16(typingctx, sm, i, src, idx, nbytes):
-        """``cp.async.cg.shared.global``: copy 16 bytes from ``src[idx]`` (16-byte aligned) to ``sm[i]`` without
-        passing through registers; ``nbytes`` (0 or 16) bytes are read, the rest of the 16 zero-filled. The
-        copy is complete (visible to this thread) after :func:`cp_async_wait_all`."""
-        if not isinstance(idx, types.BaseTuple) or len(idx) != src.ndim:
-            return None
-        sig = types.void(sm, i, src, idx, nbytes)
-
-        def codegen(context, builder, sig, args):
-            smty, ity, srcty, idxty, nty = sig.args
-            sary = context.make_array(smty)(context, builder, args[0])
-            dptr = cgutils.get_item_pointer(context, builder, smty, sary, [args[1]], wraparound=False)
-            gary = context.make_array(srcty)(context, builder, args[2])
-            vals = cgutils.unpack_tuple(builder, args[3], len(idxty))
-            inds = [context.cast(builder, v, t, types.intp) for v, t in zip(vals, idxty)]
-            gptr = cgutils.get_item_pointer(context, builder, srcty, gary, inds, wraparound=False)
-            i64 = ir.IntType(64)
-            n32 = context.cast(builder, args[4], nty, types.int32)
-            fnty = ir.FunctionType(ir.VoidType(), [i64, i64, ir.IntType(32)])
-            asm = ir.InlineAsm(
-                fnty,
-                "{ .reg .u64 d64, g64; .reg .u32 d32; cvta.to.shared.u64 d64, $0; cvt.u32.u64 d32, d64; "
-                "cvta.to.global.u64 g64, $1; cp.async.cg.shared.global [d32], [g64], 16, $2; }",
-                "l,l,r,~{memory}",
-                side_effect=True,
-            )
-            builder.call(asm, [builder.ptrtoint(dptr, i64), builder.ptrtoint(gptr, i64), n32])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    @intrinsic
-    def cp_async_wait_all(typingctx):
-        """``cp.async.wait_all``: wait until this thread's cp.async copies have landed in shared memory."""
-        sig = types.void()
-
-        def codegen(context, builder, sig, args):
-            fnty = ir.FunctionType(ir.VoidType(), [])
-            builder.call(ir.InlineAsm(fnty, "cp.async.wait_all;", "~{memory}", side_effect=True), [])
-            return context.get_dummy_value()
-
-        return sig, codegen
 
 
 # ----------------------------------------------------------------------------------------------------------
