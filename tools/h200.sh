@@ -82,7 +82,7 @@ for m in ${modes//,/ }; do
       timeout 330 python3 -m pytest -m gpu tests/test_gpu.py tests/test_r4_scan.py -q -x -n 8 -p no:cacheprovider 2>&1 | tail -25 | tee "$out/gpu_tests.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     r1)
-      timeout 200 python3 -m pytest -m gpu tests/test_gpu.py -q -x -n 4 -p no:cacheprovider -k "r1 or step" \
+      timeout 200 python3 -m pytest -m gpu tests/test_gpu.py -q -x -p no:cacheprovider -k "r1 or step" \
         2>&1 | tail -8 | tee "$out/gpu_tests_r1.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1
       bench --rungs recurrent --fla fused_recurrent --tune seq --out "$out/h200_r1_$sha.json" "$@" \
