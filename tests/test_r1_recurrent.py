@@ -129,11 +129,13 @@ def test_more_columns_per_lane_than_lanes_is_rejected():
 
 
 GATE_PATTERNS = {
-    # name -> log-decay g per token (T = 45): which renormalisations of the deferred decay they reach
-    "weak": lambda t: np.full(t, -0.01),  # D never falls below DEFER_MIN: no renormalisation at all
-    "strong": lambda t: np.full(t, -15.0),  # exp(-15) < 2**-20: a renormalisation at every token
-    "mixed": lambda t: np.tile([-0.5, -3.0, -0.05, -6.0, 0.0], t // 5 + 1)[:t],  # every few tokens, across tiles
-    "underflow": lambda t: np.where(np.arange(t) % 7 == 3, -200.0, -0.2),  # exp(g) == 0 in float32: a reset
+    # name -> log-decay g per token (T = 45, tiles of 8 tokens): which path each tile of the deferred decay takes
+    "weak": lambda t: np.full(t, -0.01),  # every tile deferred: D stays far above DEFER_MIN
+    "edge": lambda t: np.full(t, -1.7),  # deferred, a tile's D ends at exp(-13.6), just above DEFER_MIN = 2**-20
+    "strong": lambda t: np.full(t, -15.0),  # exp(-15) < 2**-20: every tile exact, token by token
+    "alternating": lambda t: np.where((np.arange(t) // 8) % 2 == 0, -0.3, -4.0),  # deferred, exact, ...: D
+    # carries from a deferred tile into the next one, exact or not
+    "underflow": lambda t: np.where(np.arange(t) % 7 == 3, -200.0, -0.2),  # exp(g) == 0 in float32: exact tiles
 }
 
 
@@ -141,9 +143,9 @@ GATE_PATTERNS = {
 @pytest.mark.parametrize("recurrence", ["decay", "gated_delta"])
 @pytest.mark.parametrize("pattern", GATE_PATTERNS)
 def test_deferred_decay_renormalises(recurrence, pattern, asy):
-    """The registers hold S~ with S = D S~ and fold D in whenever it would drop below ``DEFER_MIN``: every
-    pattern of gates (none, every token, every few tokens across tile borders, a decay that underflows to 0)
-    matches the float64 recurrence, output and final state, from an initial state."""
+    """A tile keeps S~ with S = D S~ in its registers while D stays above ``DEFER_MIN`` and decays token by token
+    otherwise: every pattern of gates (all tiles deferred, one at the edge, all exact, the two alternating, a
+    decay that underflows to 0) matches the float64 recurrence, output and final state, from an initial state."""
     B, T, H, K, V = 1, 45, 2, 16, 12
     inp = make_inputs(B, T, H, K, V, recurrence, initial_state=True, seed=11)
     g = np.broadcast_to(GATE_PATTERNS[pattern](T)[None, :, None], (B, T, H)).astype(np.float32)

@@ -120,9 +120,10 @@ STAGE_BATCH = 8  # global loads a thread has in flight while staging a tile
 STAGE_ASYNC = True
 TC_ASYNC = 16  # two buffers of 32 tokens (80 KB at K = 128) would not fit the 48 KB of static shared memory
 STATIC_SMEM_MAX = 48 * 1024
-# Deferred decay: the registers hold S~ with S = D S~; D (the product of the decays since the last
-# renormalisation) stays >= DEFER_MIN, so 1 / D <= 2**20 and S~ is at most 2**20 times larger than S
+# Deferred decay: the registers hold S~ with S = D S~, D = the product of the tile's decays so far; a tile keeps
+# it only while D >= DEFER_MIN, so 1 / D <= 2**20 and S~ is at most 2**20 times larger than S
 DEFER_MIN = np.float32(2.0**-20)
+LN_DEFER_MIN = np.float32(math.log(DEFER_MIN))
 
 
 @functools.lru_cache(maxsize=None)
@@ -138,6 +139,8 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
     NT = NW * 32
     NBUF = 2 if ASYNC else 1  # ASYNC: a double buffer, the next tile lands while this one is computed on
     TCB = NBUF * TC  # token rows of the shared tiles
+    TG = TC + 1  # rows of per-token scalars per buffer: TC tokens and the tile's header
+    GBR = NBUF * TG
     # Staging trips per thread (compile-time constants). When NT is a multiple of the tile's row length, a
     # thread stages one fixed k/q row index (or v column) at every (NT / KP)-th token: its index arithmetic is
     # loop invariant. Otherwise the generic flat walk e = tid + m NT over the tile.
@@ -153,34 +156,44 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
     ITER_A = (2 * NCK + NCV + NT - 1) // NT
 
     @cuda.jit(device=True, inline="always")
-    def tile_scalars(gb, buf, lane, t0, T, gl, bl, dfold, scale):
-        """Warp 0: the per-token scalars of the tile at ``t0`` into buffer ``buf`` of ``gb``; lane j brings token t0 + j's
-        log-decay ``gl`` and beta ``bl``. Returns the running decay product D after the tile (lane 0's)."""
-        if lane < TC:
-            dec = float32(math.exp(gl)) if HAS_G else float32(1.0)
-            gb[buf * TC + lane, 0] = bl
-            gb[buf * TC + lane, 1] = bl
-            gb[buf * TC + lane, 2] = dec  # (HAS_G: read by the pass below, which overwrites it with 1 / D)
-            gb[buf * TC + lane, 3] = scale
-            gb[buf * TC + lane, 4] = float32(-1.0)
-            gb[buf * TC + lane, 5] = float32(1.0)
+    def tile_scalars(gb, buf, lane, T, gl, bl, dcarry, scale):
+        """Warp 0: the per-token scalars of one tile into buffer ``buf`` of ``gb`` (rows ``buf TG + j``, and the
+        tile's header row ``buf TG + TC``); lane j brings token j's log-decay ``gl`` and beta ``bl`` (0 and 1
+        past the sequence). ``dcarry``: the previous tile's deferred decay D, to fold in at this tile's start.
+        Returns this tile's D at its end (1 when the tile is exact)."""
+        base = buf * TG
+        # G_j = sum of the tile's log-decays up to token j: an inclusive scan over the warp's lanes
+        G = gl if lane < TC else float32(0.0)
+        fast = False
+        g_end = float32(0.0)
         if HAS_G:
-            # Deferred decay: the running product D of the decays since the last renormalisation, one token
-            # after another (a sequential product with resets: TC multiplies on one lane per tile).
-            cuda.syncwarp(FULL_MASK)  # every lane's decay is in gb before lane 0 reads them
-            if lane == 0:
-                for j in range(min(TC, T - t0)):
-                    p = dfold * gb[buf * TC + j, 2]
-                    if p < DEFER_MIN:  # fold p into the registers at token j; D restarts at 1
-                        gb[buf * TC + j, 4] = p
-                        dfold = float32(1.0)
-                    else:
-                        dfold = p
-                    gb[buf * TC + j, 1] = gb[buf * TC + j, 0] * dfold
-                    gb[buf * TC + j, 2] = float32(1.0) / dfold
-                    gb[buf * TC + j, 3] = scale * dfold
-                    gb[buf * TC + j, 5] = dfold
-        return dfold
+            for s in range(5):
+                y = cuda.shfl_up_sync(FULL_MASK, G, 1 << s)
+                if lane >= (1 << s):
+                    G += y
+            g_end = cuda.shfl_sync(FULL_MASK, G, TC - 1)
+            # deferred within the tile when its whole decay keeps D = exp(G_j) >= DEFER_MIN (1 / D <= 2**20);
+            # otherwise (a strong decay) the tile decays the registers token by token
+            fast = g_end >= LN_DEFER_MIN
+        if lane < TC:
+            if fast:
+                d = float32(math.exp(G))
+                gb[base + lane, 0] = bl
+                gb[base + lane, 1] = bl * d  # beta D: u = beta v - beta D (k . S~)
+                gb[base + lane, 2] = float32(math.exp(-G))  # 1 / D
+                gb[base + lane, 3] = scale * d  # o = scale D (q . S~)
+            else:
+                dec = float32(math.exp(gl)) if HAS_G else float32(1.0)
+                gb[base + lane, 0] = bl
+                gb[base + lane, 1] = bl * dec  # k . (dec S) = dec (k . S): the decay is folded into u
+                gb[base + lane, 2] = dec
+                gb[base + lane, 3] = scale
+        d_end = float32(math.exp(g_end)) if fast else float32(1.0)
+        if lane == 0:
+            gb[base + TC, 0] = float32(1.0) if fast else float32(0.0)
+            gb[base + TC, 1] = dcarry  # fold the previous tile's D into the registers first
+            gb[base + TC, 2] = d_end
+        return d_end
 
     @cuda.jit(device=True, inline="always")
     def load_scalars(g, beta, b, h, t, T):
@@ -221,6 +234,78 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                 cp_async16(vs, (buf * TC + tt, jj // COLS, jj % COLS), v,
                            (b, min(t0 + tt, T - 1), h, min(j, V - 4)), 16 if inside else 0)
 
+    def make_tile_loop(DEFERRED: bool):
+        """The token loop over one staged tile, DEFERRED (the decay kept in D, one FFMA per state element) or
+        exact (each token's decay multiplied into the registers)."""
+
+        @cuda.jit(device=True, inline="always")
+        def tile_loop(S, kr, qr, u, kS, accp, ps, wsel, ks, qs, vs, gb, tb, gbase, ntok, sl, grp, obh, jo, V, t0):
+            # Software pipelined by one token: token tt's output dot product is summed over the NS lanes in
+            # iteration tt + 1, its shuffles interleaved with token tt + 1's k . S shuffles -- two independent
+            # butterflies in flight instead of two in a row.
+            for c in range(COLS):
+                accp[c] = float32(0.0)
+            for tt in range(ntok):
+                bet = gb[gbase + tt, 0]
+                bdec = gb[gbase + tt, 1]  # beta D (deferred) or beta dec (exact)
+                dec = gb[gbase + tt, 2]  # 1 / D (deferred) or dec (exact)
+                oscale = gb[gbase + tt, 3]  # scale D (deferred) or scale (exact)
+                for r in range(R):
+                    kr[r] = ks[tb + tt, (r // 4) * NS + sl, r % 4]
+                    qr[r] = qs[tb + tt, (r // 4) * NS + sl, r % 4]
+                for c in range(COLS):
+                    kS[c] = float32(0.0)
+                    if HAS_BETA:
+                        # k . S over this lane's rows in 4 independent partial sums (a 4x shorter chain)
+                        for pi in range(4):
+                            ps[pi] = float32(0.0)
+                        for r in range(R):
+                            ps[r % 4] += kr[r] * S[r, c]
+                        kS[c] = (ps[0] + ps[1]) + (ps[2] + ps[3])
+                for s in range(LOG_NS):  # butterflies over the column's NS lanes: every lane gets the sums
+                    for c in range(COLS):
+                        if HAS_BETA:
+                            kS[c] += cuda.shfl_xor_sync(FULL_MASK, kS[c], 1 << s)
+                        accp[c] += cuda.shfl_xor_sync(FULL_MASK, accp[c], 1 << s)
+                mine = float32(0.0)  # the previous token's output column of this lane
+                for c in range(COLS):
+                    mine += wsel[c] * accp[c]
+                for c in range(COLS):
+                    if HAS_BETA:
+                        u[c] = bet * vs[tb + tt, grp, c] - bdec * kS[c]
+                    else:
+                        u[c] = vs[tb + tt, grp, c]
+                    if DEFERRED:
+                        u[c] *= dec  # S = D S~ + k u  <=>  S~ <- S~ + k (u / D)
+                for c in range(COLS):
+                    for pi in range(4):
+                        ps[pi] = float32(0.0)
+                    for r in range(R):
+                        if HAS_G and not DEFERRED:
+                            s_new = S[r, c] * dec + kr[r] * u[c]
+                        else:
+                            s_new = S[r, c] + kr[r] * u[c]  # one FFMA per element
+                        S[r, c] = s_new
+                        ps[r % 4] += qr[r] * s_new
+                    # this lane's part of scale q . S (= scale D q . S~); summed over the lanes next iteration
+                    accp[c] = oscale * ((ps[0] + ps[1]) + (ps[2] + ps[3]))
+                if tt > 0 and sl < COLS and jo < V:
+                    obh[t0 + tt - 1] = mine
+            # drain the pipeline: the tile's last output
+            for s in range(LOG_NS):
+                for c in range(COLS):
+                    accp[c] += cuda.shfl_xor_sync(FULL_MASK, accp[c], 1 << s)
+            mine = float32(0.0)
+            for c in range(COLS):
+                mine += wsel[c] * accp[c]
+            if sl < COLS and jo < V:
+                obh[t0 + ntok - 1] = mine
+
+        return tile_loop
+
+    tile_deferred = make_tile_loop(True)
+    tile_exact = make_tile_loop(False)
+
     @cuda.jit
     def recurrent_kernel(q, k, v, g, beta, h0, ht, o, scale):
         B, T, H, K = q.shape
@@ -240,8 +325,9 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
         ks = cuda.shared.array((TCB, KP4, 4), float32, alignment=ALIGN)
         qs = cuda.shared.array((TCB, KP4, 4), float32, alignment=ALIGN)
         vs = cuda.shared.array((TCB, VBC, COLS), float32, alignment=ALIGN)
-        # per token: beta, beta D, 1 / D, scale D, the renormalising factor P (-1: none), D; "Deferred decay"
-        gb = cuda.shared.array((TCB, 8), float32, alignment=ALIGN)
+        # per token: beta, beta D, 1 / D, scale D (deferred) or beta, beta dec, dec, scale (exact); then per tile a
+        # header: deferred or not, the previous tile's D to fold in, this tile's D at its end ("Deferred decay")
+        gb = cuda.shared.array((GBR, 4), float32, alignment=ALIGN)
 
         S = cuda.local.array((R, COLS), float32)  # S[4 m + e, c] = state[4 (m NS + sl) + e, col0 + c]
         kr = cuda.local.array(R, float32)
@@ -275,7 +361,7 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                     if i < K and j < V:
                         S[r, c] = h0[b, h, i, j]
 
-        dfold = float32(1.0)  # warp 0, lane 0: the running decay product D (deferred decay)
+        dcarry = float32(1.0)  # warp 0: the deferred decay D at the end of the last tile it staged
         gl = float32(0.0)  # ASYNC, warp 0: lane j's token of the tile after the next one (prefetched scalars)
         bl = float32(1.0)
         if ASYNC:
@@ -283,7 +369,7 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
             issue_copies(ks, qs, vs, 0, k, q, v, b, h, cuda.blockIdx.x, 0, T, tid)
             if tid < 32:
                 gl, bl = load_scalars(g, beta, b, h, lane, T)
-                dfold = tile_scalars(gb, 0, lane, 0, T, gl, bl, dfold, scale)
+                dcarry = tile_scalars(gb, 0, lane, T, gl, bl, dcarry, scale)
                 gl, bl = load_scalars(g, beta, b, h, TC + lane, T)
 
         buf = 0  # the buffer this tile is in (ASYNC: alternates)
@@ -296,7 +382,7 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                 if t0 + TC < T:
                     issue_copies(ks, qs, vs, 1 - buf, k, q, v, b, h, cuda.blockIdx.x, t0 + TC, T, tid)
                     if tid < 32:  # the next tile's scalars from registers; the one after that starts loading
-                        dfold = tile_scalars(gb, 1 - buf, lane, t0 + TC, T, gl, bl, dfold, scale)
+                        dcarry = tile_scalars(gb, 1 - buf, lane, T, gl, bl, dcarry, scale)
                         gl, bl = load_scalars(g, beta, b, h, t0 + 2 * TC + lane, T)
             else:
                 # Stage TC tokens. Consecutive threads read consecutive addresses. The loads go in batches of
@@ -351,74 +437,27 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                         vs[tt, jj // COLS, jj % COLS] = vb[m] if keep else float32(0.0)
                 if tid < 32:  # per-token scalars, one token per lane of warp 0 (TC <= 32)
                     gl, bl = load_scalars(g, beta, b, h, t0 + lane, T)
-                    dfold = tile_scalars(gb, 0, lane, t0, T, gl, bl, dfold, scale)
+                    dcarry = tile_scalars(gb, 0, lane, T, gl, bl, dcarry, scale)
                 cuda.syncthreads()  # the staged tile is complete before any warp reads it
 
-            # Software pipelined by one token: token tt's output dot product is summed over the NS lanes in
-            # iteration tt + 1, its shuffles interleaved with token tt + 1's k . S shuffles -- two independent
-            # butterflies in flight instead of two in a row.
             ntok = min(TC, T - t0)
-            for c in range(COLS):
-                accp[c] = float32(0.0)
             tb = buf * TC  # the tile's first row in the buffers
-            for tt in range(ntok):
-                bet = gb[tb + tt, 0]
-                bdec = gb[tb + tt, 1]  # beta D
-                inv_d = gb[tb + tt, 2]
-                oscale = gb[tb + tt, 3]  # scale D
-                if HAS_G:
-                    pf = gb[tb + tt, 4]
-                    if pf >= float32(0.0):  # renormalise (uniform over the block: one head, one token)
-                        for r in range(R):
-                            for c in range(COLS):
-                                S[r, c] *= pf
-                for r in range(R):
-                    kr[r] = ks[tb + tt, (r // 4) * NS + sl, r % 4]
-                    qr[r] = qs[tb + tt, (r // 4) * NS + sl, r % 4]
-                for c in range(COLS):
-                    kS[c] = float32(0.0)
-                    if HAS_BETA:
-                        # k . S~ over this lane's rows in 4 independent partial sums (a 4x shorter chain)
-                        for pi in range(4):
-                            ps[pi] = float32(0.0)
-                        for r in range(R):
-                            ps[r % 4] += kr[r] * S[r, c]
-                        kS[c] = (ps[0] + ps[1]) + (ps[2] + ps[3])
-                for s in range(LOG_NS):  # butterflies over the column's NS lanes: every lane gets the sums
-                    for c in range(COLS):
-                        if HAS_BETA:
-                            kS[c] += cuda.shfl_xor_sync(FULL_MASK, kS[c], 1 << s)
-                        accp[c] += cuda.shfl_xor_sync(FULL_MASK, accp[c], 1 << s)
-                mine = float32(0.0)  # the previous token's output column of this lane
-                for c in range(COLS):
-                    mine += wsel[c] * accp[c]
-                for c in range(COLS):
-                    if HAS_BETA:
-                        u[c] = bet * vs[tb + tt, grp, c] - bdec * kS[c]  # beta (v - k . (D S~))
-                    else:
-                        u[c] = vs[tb + tt, grp, c]
-                    if HAS_G:
-                        u[c] *= inv_d  # S = D S~ + k u  <=>  S~ <- S~ + k (u / D)
-                for c in range(COLS):
-                    for pi in range(4):
-                        ps[pi] = float32(0.0)
+            hdr = buf * TG + TC  # its header row of gb
+            if HAS_G:
+                pf = gb[hdr, 1]
+                if pf != float32(1.0):  # fold the previous tile's deferred decay in (uniform: one head)
                     for r in range(R):
-                        s_new = S[r, c] + kr[r] * u[c]  # one FFMA per element, with or without a decay
-                        S[r, c] = s_new
-                        ps[r % 4] += qr[r] * s_new
-                    # this lane's part of scale q . S = scale D q . S~; summed over the lanes next iteration
-                    accp[c] = oscale * ((ps[0] + ps[1]) + (ps[2] + ps[3]))
-                if tt > 0 and sl < COLS and jo < V:
-                    obh[t0 + tt - 1] = mine
-            # drain the pipeline: the tile's last output
-            for s in range(LOG_NS):
-                for c in range(COLS):
-                    accp[c] += cuda.shfl_xor_sync(FULL_MASK, accp[c], 1 << s)
-            mine = float32(0.0)
-            for c in range(COLS):
-                mine += wsel[c] * accp[c]
-            if sl < COLS and jo < V:
-                obh[t0 + ntok - 1] = mine
+                        for c in range(COLS):
+                            S[r, c] *= pf
+                if gb[hdr, 0] > float32(0.5):
+                    tile_deferred(S, kr, qr, u, kS, accp, ps, wsel, ks, qs, vs, gb, tb, buf * TG, ntok, sl, grp,
+                                  obh, jo, V, t0)
+                else:
+                    tile_exact(S, kr, qr, u, kS, accp, ps, wsel, ks, qs, vs, gb, tb, buf * TG, ntok, sl, grp,
+                               obh, jo, V, t0)
+            else:
+                tile_exact(S, kr, qr, u, kS, accp, ps, wsel, ks, qs, vs, gb, tb, buf * TG, ntok, sl, grp,
+                           obh, jo, V, t0)
             if ASYNC:
                 buf = 1 - buf
             else:
@@ -426,8 +465,8 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
 
         if HAS_HT:
             d_last = float32(1.0)
-            if HAS_G:  # the last token's D (the last tile's scalars are still staged: nothing wrote gb since)
-                d_last = gb[(((T - 1) // TC) % NBUF) * TC + (T - 1) % TC, 5]
+            if HAS_G:  # the last tile's D at its end (its scalars are still staged: nothing wrote gb since)
+                d_last = gb[(((T - 1) // TC) % NBUF) * TG + TC, 2]
             for r in range(R):
                 i = 4 * ((r // 4) * NS + sl) + r % 4
                 for c in range(COLS):
