@@ -86,3 +86,25 @@ def scratch(name, shape, stream):
 def release_scratch():
     """Drop every kept scratch buffer (their memory is freed once no array view of them is alive)."""
     _scratch_cache.clear()
+
+
+SMEM_STATIC_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
+_smem_opted_in = set()
+
+
+def launch_dynamic(kernel, grid, block, smem, stream, args):
+    """``kernel[grid, block, stream, smem](*args)``, first raising the kernel's dynamic shared-memory limit
+    (48 KB unless the kernel opts in) when ``smem`` needs it: ``cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)``
+    on the compiled kernel's function handle, once per kernel and size."""
+    if smem > SMEM_STATIC_LIMIT and not config.ENABLE_CUDASIM:
+        from numba.cuda.cudadrv import driver as drv
+
+        compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+        key = (id(compiled), smem)
+        if key not in _smem_opted_in:
+            compiled.bind()
+            cufunc = compiled._codelibrary.get_cufunc()
+            attr = drv.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            drv.driver.cuKernelSetAttribute(attr, smem, cufunc.handle, cufunc.device.id)
+            _smem_opted_in.add(key)
+    kernel[grid, block, stream, smem](*args)

@@ -345,10 +345,9 @@ def bench_copy(timer, nbytes=2**30):
     return rec
 
 
-TUNE_CONFIGS = (  # (COLS, NW, TC, NS, ASYNC) for r1 (COLS <= NS; ASYNC 1: cp.async double buffer, TC <= 16)
-    (2, 8, 16, 8, 1), (2, 8, 32, 8, 0), (2, 8, 16, 8, 0), (1, 8, 16, 8, 1), (1, 8, 32, 8, 0),
-    (1, 8, 16, 4, 1), (1, 8, 32, 4, 0), (2, 4, 16, 8, 1), (1, 4, 16, 8, 1), (2, 8, 8, 8, 1),
-    (4, 8, 16, 16, 1), (2, 8, 32, 16, 0),
+TUNE_CONFIGS = (  # (COLS, NW, TC, NS, ASYNC) for r1 (COLS <= NS; ASYNC 1: cp.async double buffer)
+    (2, 8, 32, 8, 1), (2, 8, 32, 8, 0), (2, 8, 16, 8, 1), (1, 8, 32, 8, 1), (1, 8, 32, 4, 1),
+    (1, 8, 32, 4, 0), (2, 4, 32, 8, 1), (1, 4, 32, 8, 1), (4, 8, 32, 16, 1), (2, 8, 32, 16, 1),
 )
 STEP_CONFIGS = (  # (SW, CS, SMB, VEC) for r1's decode step: warps splitting K, columns per lane, blocks per SM,
     # 128-bit state loads (VEC = 1: 4 columns per lane, CS is not used)

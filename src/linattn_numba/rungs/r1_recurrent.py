@@ -96,7 +96,7 @@ import numpy as np
 from numba import cuda, float32, types
 
 from .. import sim
-from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
+from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, launch_dynamic, or_dummy
 from ..vec import cp_async16, cp_async_wait_all, ld4, st4
 
 NAME = "recurrent"
@@ -118,8 +118,8 @@ STAGE_BATCH = 8  # global loads a thread has in flight while staging a tile
 # Asynchronous staging (cp.async into a double buffer) where q, k, v allow 16-byte copies: the next tile lands
 # while this one is computed on, so the block no longer stops for the staging's memory latency once a tile
 STAGE_ASYNC = True
-TC_ASYNC = 16  # two buffers of 32 tokens (80 KB at K = 128) would not fit the 48 KB of static shared memory
-STATIC_SMEM_MAX = 48 * 1024
+TC_ASYNC = 32  # tokens per tile with the double buffer: 2 x 40 KB of dynamic shared memory at K = V = 128
+SMEM_MAX = 227 * 1024  # the H100 / H200 limit per block (dynamic, opted in)
 # Deferred decay: the registers hold S~ with S = D S~, D = the product of the tile's decays so far; a tile keeps
 # it only while D >= DEFER_MIN, so 1 / D <= 2**20 and S~ is at most 2**20 times larger than S
 DEFER_MIN = np.float32(2.0**-20)
@@ -140,7 +140,15 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
     NBUF = 2 if ASYNC else 1  # ASYNC: a double buffer, the next tile lands while this one is computed on
     TCB = NBUF * TC  # token rows of the shared tiles
     TG = TC + 1  # rows of per-token scalars per buffer: TC tokens and the tile's header
-    GBR = NBUF * TG
+    # One flat shared array (static, or dynamic under ASYNC: two tiles of 32 tokens need 80 KB at K = 128), in
+    # 16-byte aligned parts: k and q tiles [TCB, KP] (a lane's 4 consecutive rows are one ld.shared.v4, and the
+    # NS lanes of a column read consecutive 16-byte chunks: no bank conflicts), v [TCB, VB], the per-token
+    # scalars [NBUF TG, 4]
+    KOFF = 0
+    QOFF = TCB * KP
+    VOFF = 2 * TCB * KP
+    GOFF = VOFF + TCB * VB
+    SMF = GOFF + NBUF * TG * 4
     # Staging trips per thread (compile-time constants). When NT is a multiple of the tile's row length, a
     # thread stages one fixed k/q row index (or v column) at every (NT / KP)-th token: its index arithmetic is
     # loop invariant. Otherwise the generic flat walk e = tid + m NT over the tile.
@@ -156,12 +164,12 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
     ITER_A = (2 * NCK + NCV + NT - 1) // NT
 
     @cuda.jit(device=True, inline="always")
-    def tile_scalars(gb, buf, lane, T, gl, bl, dcarry, scale):
-        """Warp 0: the per-token scalars of one tile into buffer ``buf`` of ``gb`` (rows ``buf TG + j``, and the
-        tile's header row ``buf TG + TC``); lane j brings token j's log-decay ``gl`` and beta ``bl`` (0 and 1
+    def tile_scalars(sm, buf, lane, T, gl, bl, dcarry, scale):
+        """Warp 0: the per-token scalars of one tile into buffer ``buf`` of the scalar part of ``sm`` (rows
+        ``buf TG + j``, and the tile's header row ``buf TG + TC``); lane j brings token j's log-decay ``gl`` and beta ``bl`` (0 and 1
         past the sequence). ``dcarry``: the previous tile's deferred decay D, to fold in at this tile's start.
         Returns this tile's D at its end (1 when the tile is exact)."""
-        base = buf * TG
+        base = GOFF + 4 * buf * TG
         # G_j = sum of the tile's log-decays up to token j: an inclusive scan over the warp's lanes
         G = gl if lane < TC else float32(0.0)
         fast = False
@@ -178,21 +186,21 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
         if lane < TC:
             if fast:
                 d = float32(math.exp(G))
-                gb[base + lane, 0] = bl
-                gb[base + lane, 1] = bl * d  # beta D: u = beta v - beta D (k . S~)
-                gb[base + lane, 2] = float32(math.exp(-G))  # 1 / D
-                gb[base + lane, 3] = scale * d  # o = scale D (q . S~)
+                sm[base + 4 * lane + 0] = bl
+                sm[base + 4 * lane + 1] = bl * d  # beta D: u = beta v - beta D (k . S~)
+                sm[base + 4 * lane + 2] = float32(math.exp(-G))  # 1 / D
+                sm[base + 4 * lane + 3] = scale * d  # o = scale D (q . S~)
             else:
                 dec = float32(math.exp(gl)) if HAS_G else float32(1.0)
-                gb[base + lane, 0] = bl
-                gb[base + lane, 1] = bl * dec  # k . (dec S) = dec (k . S): the decay is folded into u
-                gb[base + lane, 2] = dec
-                gb[base + lane, 3] = scale
+                sm[base + 4 * lane + 0] = bl
+                sm[base + 4 * lane + 1] = bl * dec  # k . (dec S) = dec (k . S): the decay is folded into u
+                sm[base + 4 * lane + 2] = dec
+                sm[base + 4 * lane + 3] = scale
         d_end = float32(math.exp(g_end)) if fast else float32(1.0)
         if lane == 0:
-            gb[base + TC, 0] = float32(1.0) if fast else float32(0.0)
-            gb[base + TC, 1] = dcarry  # fold the previous tile's D into the registers first
-            gb[base + TC, 2] = d_end
+            sm[base + 4 * TC + 0] = float32(1.0) if fast else float32(0.0)
+            sm[base + 4 * TC + 1] = dcarry  # fold the previous tile's D into the registers first
+            sm[base + 4 * TC + 2] = d_end
         return d_end
 
     @cuda.jit(device=True, inline="always")
@@ -208,7 +216,7 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
         return gl, bl
 
     @cuda.jit(device=True, inline="always")
-    def issue_copies(ks, qs, vs, buf, k, q, v, b, h, x, t0, T, tid):
+    def issue_copies(sm, buf, k, q, v, b, h, x, t0, T, tid):
         """ASYNC: start the 16-byte copies of the tile at ``t0`` into buffer ``buf``, zero-filled past the
         sequence, past K and past V; nothing waits for them here."""
         K = k.shape[3]
@@ -222,16 +230,16 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                 inside = t0 + tt < T and 4 * i4 < K
                 src = (b, min(t0 + tt, T - 1), h, min(4 * i4, K - 4))
                 if e < NCK:
-                    cp_async16(ks, (buf * TC + tt, i4, 0), k, src, 16 if inside else 0)
+                    cp_async16(sm, KOFF + (buf * TC + tt) * KP + 4 * i4, k, src, 16 if inside else 0)
                 else:
-                    cp_async16(qs, (buf * TC + tt, i4, 0), q, src, 16 if inside else 0)
+                    cp_async16(sm, QOFF + (buf * TC + tt) * KP + 4 * i4, q, src, 16 if inside else 0)
             elif e < 2 * NCK + NCV:
                 ev = e - 2 * NCK
                 tt = ev // (VB // 4)
                 jj = 4 * (ev % (VB // 4))
                 j = x * VB + jj
                 inside = t0 + tt < T and j < V
-                cp_async16(vs, (buf * TC + tt, jj // COLS, jj % COLS), v,
+                cp_async16(sm, VOFF + (buf * TC + tt) * VB + jj, v,
                            (b, min(t0 + tt, T - 1), h, min(j, V - 4)), 16 if inside else 0)
 
     def make_tile_loop(DEFERRED: bool):
@@ -239,20 +247,19 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
         exact (each token's decay multiplied into the registers)."""
 
         @cuda.jit(device=True, inline="always")
-        def tile_loop(S, kr, qr, u, kS, accp, ps, wsel, ks, qs, vs, gb, tb, gbase, ntok, sl, grp, obh, jo, V, t0):
-            # Software pipelined by one token: token tt's output dot product is summed over the NS lanes in
-            # iteration tt + 1, its shuffles interleaved with token tt + 1's k . S shuffles -- two independent
-            # butterflies in flight instead of two in a row.
-            for c in range(COLS):
-                accp[c] = float32(0.0)
+        def tile_loop(S, kr, qr, u, kS, accp, ps, wsel, sm, tb, gbase, ntok, sl, grp, obh, jo, V, t0):
+            # Software pipelined by one token: token t's output dot product is summed over the NS lanes in the
+            # iteration of token t + 1 (the next tile's first for a tile's last token), its shuffles interleaved
+            # with token t + 1's k . S shuffles -- two independent butterflies in flight instead of two in a row.
             for tt in range(ntok):
-                bet = gb[gbase + tt, 0]
-                bdec = gb[gbase + tt, 1]  # beta D (deferred) or beta dec (exact)
-                dec = gb[gbase + tt, 2]  # 1 / D (deferred) or dec (exact)
-                oscale = gb[gbase + tt, 3]  # scale D (deferred) or scale (exact)
-                for r in range(R):
-                    kr[r] = ks[tb + tt, (r // 4) * NS + sl, r % 4]
-                    qr[r] = qs[tb + tt, (r // 4) * NS + sl, r % 4]
+                bet, bdec, dec, oscale = ld4(sm, GOFF + 4 * (gbase + tt))
+                # bdec: beta D (deferred) or beta dec (exact); dec: 1 / D or dec; oscale: scale D or scale
+                for m in range(RC):  # a lane's 4 consecutive rows of k and of q: one 16-byte load each
+                    x = ld4(sm, KOFF + ((tb + tt) * KP4 + m * NS + sl) * 4)
+                    y = ld4(sm, QOFF + ((tb + tt) * KP4 + m * NS + sl) * 4)
+                    for e in range(4):
+                        kr[4 * m + e] = x[e]
+                        qr[4 * m + e] = y[e]
                 for c in range(COLS):
                     kS[c] = float32(0.0)
                     if HAS_BETA:
@@ -271,10 +278,11 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                 for c in range(COLS):
                     mine += wsel[c] * accp[c]
                 for c in range(COLS):
+                    vj = sm[VOFF + (tb + tt) * VB + grp * COLS + c]
                     if HAS_BETA:
-                        u[c] = bet * vs[tb + tt, grp, c] - bdec * kS[c]
+                        u[c] = bet * vj - bdec * kS[c]
                     else:
-                        u[c] = vs[tb + tt, grp, c]
+                        u[c] = vj
                     if DEFERRED:
                         u[c] *= dec  # S = D S~ + k u  <=>  S~ <- S~ + k (u / D)
                 for c in range(COLS):
@@ -289,17 +297,8 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                         ps[r % 4] += qr[r] * s_new
                     # this lane's part of scale q . S (= scale D q . S~); summed over the lanes next iteration
                     accp[c] = oscale * ((ps[0] + ps[1]) + (ps[2] + ps[3]))
-                if tt > 0 and sl < COLS and jo < V:
+                if t0 + tt > 0 and sl < COLS and jo < V:
                     obh[t0 + tt - 1] = mine
-            # drain the pipeline: the tile's last output
-            for s in range(LOG_NS):
-                for c in range(COLS):
-                    accp[c] += cuda.shfl_xor_sync(FULL_MASK, accp[c], 1 << s)
-            mine = float32(0.0)
-            for c in range(COLS):
-                mine += wsel[c] * accp[c]
-            if sl < COLS and jo < V:
-                obh[t0 + ntok - 1] = mine
 
         return tile_loop
 
@@ -319,15 +318,13 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
         grp = (tid // 32) * GROUPS + lane // NS  # this lane's column group within the block tile
         col0 = cuda.blockIdx.x * VB + grp * COLS  # its first value column
 
-        # 16-byte aligned tiles whose last axis is 4 rows (k, q) or COLS columns (v): a lane's values are one
-        # vector load (ld.shared.v4), and the NS lanes of a column read consecutive 16-byte chunks (no conflicts)
-        # (ASYNC: two buffers, token rows [0, TC) and [TC, 2 TC))
-        ks = cuda.shared.array((TCB, KP4, 4), float32, alignment=ALIGN)
-        qs = cuda.shared.array((TCB, KP4, 4), float32, alignment=ALIGN)
-        vs = cuda.shared.array((TCB, VBC, COLS), float32, alignment=ALIGN)
-        # per token: beta, beta D, 1 / D, scale D (deferred) or beta, beta dec, dec, scale (exact); then per tile a
-        # header: deferred or not, the previous tile's D to fold in, this tile's D at its end ("Deferred decay")
-        gb = cuda.shared.array((GBR, 4), float32, alignment=ALIGN)
+        # the tiles (ASYNC: two buffers, token rows [0, TC) and [TC, 2 TC)); per token beta, beta D, 1 / D,
+        # scale D (deferred) or beta, beta dec, dec, scale (exact); per tile a header: deferred or not, the previous
+        # tile's D to fold in, this tile's D at its end ("Deferred decay")
+        if ASYNC:
+            sm = cuda.shared.array(0, float32)  # SMF floats, opted in above 48 KB at launch
+        else:
+            sm = cuda.shared.array(SMF, float32, alignment=ALIGN)
 
         S = cuda.local.array((R, COLS), float32)  # S[4 m + e, c] = state[4 (m NS + sl) + e, col0 + c]
         kr = cuda.local.array(R, float32)
@@ -361,15 +358,17 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                     if i < K and j < V:
                         S[r, c] = h0[b, h, i, j]
 
+        for c in range(COLS):
+            accp[c] = float32(0.0)  # no output pending before the first token
         dcarry = float32(1.0)  # warp 0: the deferred decay D at the end of the last tile it staged
         gl = float32(0.0)  # ASYNC, warp 0: lane j's token of the tile after the next one (prefetched scalars)
         bl = float32(1.0)
         if ASYNC:
             # prologue: tile 0's copies in flight, its scalars staged, tile 1's scalars on their way
-            issue_copies(ks, qs, vs, 0, k, q, v, b, h, cuda.blockIdx.x, 0, T, tid)
+            issue_copies(sm, 0, k, q, v, b, h, cuda.blockIdx.x, 0, T, tid)
             if tid < 32:
                 gl, bl = load_scalars(g, beta, b, h, lane, T)
-                dcarry = tile_scalars(gb, 0, lane, T, gl, bl, dcarry, scale)
+                dcarry = tile_scalars(sm, 0, lane, T, gl, bl, dcarry, scale)
                 gl, bl = load_scalars(g, beta, b, h, TC + lane, T)
 
         buf = 0  # the buffer this tile is in (ASYNC: alternates)
@@ -380,9 +379,9 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                 # previous tile, whose buffer the next copies overwrite.
                 cuda.syncthreads()
                 if t0 + TC < T:
-                    issue_copies(ks, qs, vs, 1 - buf, k, q, v, b, h, cuda.blockIdx.x, t0 + TC, T, tid)
+                    issue_copies(sm, 1 - buf, k, q, v, b, h, cuda.blockIdx.x, t0 + TC, T, tid)
                     if tid < 32:  # the next tile's scalars from registers; the one after that starts loading
-                        dcarry = tile_scalars(gb, 1 - buf, lane, T, gl, bl, dcarry, scale)
+                        dcarry = tile_scalars(sm, 1 - buf, lane, T, gl, bl, dcarry, scale)
                         gl, bl = load_scalars(g, beta, b, h, t0 + 2 * TC + lane, T)
             else:
                 # Stage TC tokens. Consecutive threads read consecutive addresses. The loads go in batches of
@@ -413,8 +412,8 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                             i = e % KP
                         if tt < TC:
                             keep = t0 + tt < T and i < K
-                            ks[tt, i // 4, i % 4] = kb[m] if keep else float32(0.0)
-                            qs[tt, i // 4, i % 4] = qb[m] if keep else float32(0.0)
+                            sm[KOFF + tt * KP + i] = kb[m] if keep else float32(0.0)
+                            sm[QOFF + tt * KP + i] = qb[m] if keep else float32(0.0)
                 for m in range(ITER_V):
                     if FAST_V:
                         tt = tid // VB + m * (NT // VB)
@@ -434,39 +433,49 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                         jj = e % VB
                     if tt < TC:
                         keep = t0 + tt < T and cuda.blockIdx.x * VB + jj < V
-                        vs[tt, jj // COLS, jj % COLS] = vb[m] if keep else float32(0.0)
+                        sm[VOFF + tt * VB + jj] = vb[m] if keep else float32(0.0)
                 if tid < 32:  # per-token scalars, one token per lane of warp 0 (TC <= 32)
                     gl, bl = load_scalars(g, beta, b, h, t0 + lane, T)
-                    dcarry = tile_scalars(gb, 0, lane, T, gl, bl, dcarry, scale)
+                    dcarry = tile_scalars(sm, 0, lane, T, gl, bl, dcarry, scale)
                 cuda.syncthreads()  # the staged tile is complete before any warp reads it
 
             ntok = min(TC, T - t0)
             tb = buf * TC  # the tile's first row in the buffers
-            hdr = buf * TG + TC  # its header row of gb
+            hdr = GOFF + 4 * (buf * TG + TC)  # its header row of scalars
             if HAS_G:
-                pf = gb[hdr, 1]
+                pf = sm[hdr + 1]
                 if pf != float32(1.0):  # fold the previous tile's deferred decay in (uniform: one head)
                     for r in range(R):
                         for c in range(COLS):
                             S[r, c] *= pf
-                if gb[hdr, 0] > float32(0.5):
-                    tile_deferred(S, kr, qr, u, kS, accp, ps, wsel, ks, qs, vs, gb, tb, buf * TG, ntok, sl, grp,
+                if sm[hdr] > float32(0.5):
+                    tile_deferred(S, kr, qr, u, kS, accp, ps, wsel, sm, tb, buf * TG, ntok, sl, grp,
                                   obh, jo, V, t0)
                 else:
-                    tile_exact(S, kr, qr, u, kS, accp, ps, wsel, ks, qs, vs, gb, tb, buf * TG, ntok, sl, grp,
+                    tile_exact(S, kr, qr, u, kS, accp, ps, wsel, sm, tb, buf * TG, ntok, sl, grp,
                                obh, jo, V, t0)
             else:
-                tile_exact(S, kr, qr, u, kS, accp, ps, wsel, ks, qs, vs, gb, tb, buf * TG, ntok, sl, grp,
+                tile_exact(S, kr, qr, u, kS, accp, ps, wsel, sm, tb, buf * TG, ntok, sl, grp,
                            obh, jo, V, t0)
             if ASYNC:
                 buf = 1 - buf
             else:
                 cuda.syncthreads()  # every warp is done with the tile before the next stage overwrites it
 
+        # drain the pipeline: the sequence's last output
+        for s in range(LOG_NS):
+            for c in range(COLS):
+                accp[c] += cuda.shfl_xor_sync(FULL_MASK, accp[c], 1 << s)
+        mine = float32(0.0)
+        for c in range(COLS):
+            mine += wsel[c] * accp[c]
+        if sl < COLS and jo < V:
+            obh[T - 1] = mine
+
         if HAS_HT:
             d_last = float32(1.0)
-            if HAS_G:  # the last tile's D at its end (its scalars are still staged: nothing wrote gb since)
-                d_last = gb[(((T - 1) // TC) % NBUF) * TG + TC, 2]
+            if HAS_G:  # the last tile's D at its end (its scalars are still staged: nothing wrote them since)
+                d_last = sm[GOFF + 4 * ((((T - 1) // TC) % NBUF) * TG + TC) + 2]
             for r in range(R):
                 i = 4 * ((r // 4) * NS + sl) + r % 4
                 for c in range(COLS):
@@ -678,11 +687,11 @@ def _rows_aligned(*arrays) -> bool:
 
 
 def _smem_bytes(RC: int, COLS: int, NW: int, NS: int, TC: int, NBUF: int) -> int:
-    """Static shared memory of the sequence kernel: NBUF tiles of k, q (TC x KP) and v (TC x VB), and the
-    per-token scalars."""
+    """Shared memory of the sequence kernel (the ``SMF`` floats of :func:`_kernel`): NBUF tiles of k, q
+    (TC x KP) and v (TC x VB), and NBUF (TC + 1) rows of 4 per-token scalars."""
     KP = 4 * RC * NS
     VB = NW * (32 // NS) * COLS
-    return 4 * NBUF * TC * (2 * KP + VB + 8)
+    return 4 * NBUF * (TC * (2 * KP + VB) + 4 * (TC + 1))
 
 
 def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW, ns: int = NS):
@@ -697,7 +706,7 @@ def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW
 def staging(q, k, v, cols=None, nw=None, ns=None, tc=None, asy=None):
     """``(ASYNC, TC)`` the sequence kernel uses for these inputs and knobs (``None``: the module default).
     Asynchronous staging needs 16-byte copies of q, k and v (:func:`_rows_aligned`), a block tile of a multiple
-    of 4 columns, and two tiles within the static shared memory; otherwise the tile goes through registers."""
+    of 4 columns, and two tiles within ``SMEM_MAX``; otherwise the tile goes through registers."""
     cols = DEFAULT_COLS if cols is None else cols
     nw = DEFAULT_NW if nw is None else nw
     ns = NS if ns is None else ns
@@ -705,7 +714,7 @@ def staging(q, k, v, cols=None, nw=None, ns=None, tc=None, asy=None):
     RC, cols, nw = launch_config(K, V, cols, nw, ns)
     vb = nw * (32 // ns) * cols
     asy = (STAGE_ASYNC if asy is None else asy) and vb % 4 == 0 and _rows_aligned(q, k, v)
-    if asy and _smem_bytes(RC, cols, nw, ns, TC_ASYNC if tc is None else tc, 2) <= STATIC_SMEM_MAX:
+    if asy and _smem_bytes(RC, cols, nw, ns, TC_ASYNC if tc is None else tc, 2) <= SMEM_MAX:
         return True, TC_ASYNC if tc is None else tc
     return False, TC if tc is None else tc
 
@@ -749,9 +758,11 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=
     vb = nw * (32 // ns) * cols
     kern = _kernel(RC, cols, nw, g is not None, beta is not None, h0 is not None, ht is not None, tc, ns, asy)
     grid = (cdiv(V, vb), B * H)
-    kern[grid, nw * 32, stream](
-        q, k, v, or_dummy(g, 3), or_dummy(beta, 3), or_dummy(h0, 4), or_dummy(ht, 4), o, float32(scale)
-    )
+    args = (q, k, v, or_dummy(g, 3), or_dummy(beta, 3), or_dummy(h0, 4), or_dummy(ht, 4), o, float32(scale))
+    if asy:  # dynamic shared memory, opted in above 48 KB
+        launch_dynamic(kern, grid, nw * 32, _smem_bytes(RC, cols, nw, ns, tc, 2), stream, args)
+    else:
+        kern[grid, nw * 32, stream](*args)
 
 
 def compile_targets():
