@@ -27,7 +27,10 @@
 #               (SANITIZE_RUNGS overrides the rungs, SANITIZE_TIMEOUT the seconds per tool)
 #     ncu       Nsight Compute sections of r1, r3, r5 at the standard shape (CSV for linattn_numba.ncu)
 #     r1        r1 alone: its GPU tests, then the bench at the standard shape (all four recurrences, fla's fused
-#               recurrent kernels, r1's launch sweep first; the sweep's fastest launch is the one benched)
+#               recurrent kernels, r1's launch sweep first on R1_TUNE_RECS, default gated_delta; the sweep's
+#               fastest launch is the one benched)
+#     ncu_r1    Nsight Compute sections of r1 (decay, gated delta) with each launch of R1_NCU_KNOBS (default
+#               'asy=1;asy=0': the two stagings)
 #   all = tests,bench (the old default); evidence = tests,bench,long; evidence2 = sweep,sanitize,ncu;
 #   next = r6_intra,long_engines,sanitize_r6,sanitize_rest,ncu (sanitize_rest: r4 delta / gated delta under the three tools,
 #   SANITIZE_RECS overrides the recurrences;
@@ -63,12 +66,13 @@ long_bench() {
   return $r
 }
 # Nsight Compute sections of rungs at the standard shape: ncu_rungs NAME RUNGS [more ncu arguments]
+# (NCU_SCRIPT_ARGS: more arguments of tools/ncu_rungs.py)
 ncu_rungs() {
   local name=$1 rungs=$2; shift 2
   timeout 200 ncu --clock-control none --profile-from-start off --csv --page details \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats "$@" \
     --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio \
-    python3 tools/ncu_rungs.py --rungs "$rungs" --recurrences decay,gated_delta \
+    python3 tools/ncu_rungs.py --rungs "$rungs" --recurrences decay,gated_delta ${NCU_SCRIPT_ARGS:-} \
     > "$out/h200_${name}_$sha.csv" 2> "$out/$name.err"
   local r=$?
   tail -3 "$out/$name.err"
@@ -85,8 +89,10 @@ for m in ${modes//,/ }; do
       timeout 200 python3 -m pytest -m gpu tests/test_gpu.py -q -x -p no:cacheprovider -k "r1 or step" \
         2>&1 | tail -8 | tee "$out/gpu_tests_r1.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-      bench --rungs recurrent --fla fused_recurrent --tune seq --out "$out/h200_r1_$sha.json" "$@" \
-        | tee "$out/r1.log" || rc=1;;
+      bench --rungs recurrent --fla fused_recurrent --tune seq --tune-recurrences "${R1_TUNE_RECS:-gated_delta}" \
+        --out "$out/h200_r1_$sha.json" "$@" | tee "$out/r1.log" || rc=1;;
+    ncu_r1)
+      NCU_SCRIPT_ARGS="--r1-knobs ${R1_NCU_KNOBS:-asy=1;asy=0}" ncu_rungs ncu_r1 recurrent || rc=1;;
     bench)
       bench --rungs recurrent,shared,scan,warp_roles,tensor_cores --step --softmax --tune --out "$out/h200_ladder_$sha.json" "$@" \
         | tee "$out/bench.log" || rc=1;;

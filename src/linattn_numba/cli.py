@@ -122,6 +122,9 @@ def main(argv=None) -> int:
     b.add_argument("--tune", nargs="?", const="all", choices=("all", "seq", "step"), default=None,
                    help="also sweep r1's launch choices first: the sequence kernel's (seq), the decode step's "
                         "(step) or both (all, the default when the flag has no value)")
+    b.add_argument("--tune-recurrences", default="gated_delta",
+                   help="comma-separated recurrences r1's sequence sweep times each launch choice on (default "
+                        "gated_delta); the launch kept is the one with the least total time over them")
     b.add_argument("--out", default="figures/data/bench.json", help="JSON output path")
     c = sub.add_parser("compile-check", help="compile every kernel for sm_90 (no GPU needed)")
     c.add_argument("rungs", nargs="*")
