@@ -44,13 +44,13 @@ Afterwards
 from __future__ import annotations
 
 import functools
-import math  # noqa: F401 - you will need math.exp
+import math
 
 import numpy as np
 from numba import cuda, float32, types
 
 from linattn_numba import sim
-from linattn_numba._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
+from linattn_numba._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, launch_dynamic, or_dummy
 from linattn_numba.vec import cp_async16, cp_async_wait_all, ld4, st4  # noqa: F401 - parts 3 and 4
 
 NAME = "recurrent"
@@ -72,12 +72,13 @@ ALIGN = None if sim.active() else 16
 STAGE_BATCH = 8  # global loads a thread has in flight while staging a tile (see "Speed" in the TODO)
 
 STEP_KERNEL = False  # part 2: set True once step_kernel is written; forward then launches it for T = 1
-# part 4: the deferred decay keeps D >= DEFER_MIN (1 / D <= 2**20); STAGE_ASYNC: set True once the asynchronous
-# staging is written (TC_ASYNC tokens per tile, two tiles within the static shared memory)
+# part 4: a tile keeps its decay deferred while D >= DEFER_MIN (1 / D <= 2**20); STAGE_ASYNC: set True once the
+# asynchronous staging is written (TC_ASYNC tokens per tile, two tiles within SMEM_MAX of dynamic shared memory)
 DEFER_MIN = np.float32(2.0**-20)
+LN_DEFER_MIN = np.float32(math.log(DEFER_MIN))
 STAGE_ASYNC = False
-TC_ASYNC = 16
-STATIC_SMEM_MAX = 48 * 1024
+TC_ASYNC = 32
+SMEM_MAX = 227 * 1024
 
 
 @functools.lru_cache(maxsize=None)
@@ -107,13 +108,23 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
     NCK = TC * KP4
     NCV = TC * (VB // 4)
     ITER_A = (2 * NCK + NCV + NT - 1) // NT
+    # the package rung's layout, if you follow it in part 4: one flat shared array (dynamic under ASYNC) holding
+    # the k and q tiles [TCB, KP], v [TCB, VB] and NBUF (TC + 1) rows of 4 per-token scalars, at these offsets
+    TG = TC + 1
+    KOFF = 0
+    QOFF = TCB * KP
+    VOFF = 2 * TCB * KP
+    GOFF = VOFF + TCB * VB
+    SMF = GOFF + NBUF * TG * 4
 
     @cuda.jit(device=True, inline="always")
-    def tile_scalars(gb, buf, lane, t0, T, gl, bl, dfold, scale):
-        """Part 4, warp 0: the per-token scalars of the tile at ``t0`` into rows ``buf * TC ..`` of ``gb`` (per token:
-        beta, beta D, 1 / D, scale D, the renormalising factor P or -1, D); lane j brings token t0 + j's log-decay
-        ``gl`` and beta ``bl``, lane 0 runs the product D over the tile (starting from ``dfold``) and folds it
-        into P where it would drop below DEFER_MIN. Returns D after the tile."""
+    def tile_scalars(sm, buf, lane, T, gl, bl, dcarry, scale):
+        """Part 4, warp 0: the per-token scalars of one tile into rows ``buf * TG ..`` of the scalar part of ``sm``
+        (per token: beta, beta D, 1 / D, scale D where the tile keeps the decay deferred -- D = exp(G_j), G_j
+        the sum of the tile's log-decays up to token j, a warp scan -- or beta, beta dec, dec, scale where D would
+        drop below DEFER_MIN), then a header row (deferred or not, ``dcarry`` -- the previous tile's D to fold into
+        the registers first --, this tile's D at its end). Lane j brings token j's log-decay ``gl`` and beta
+        ``bl``. Returns this tile's D at its end."""
         pass
 
     @cuda.jit(device=True, inline="always")
@@ -122,11 +133,25 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
         pass
 
     @cuda.jit(device=True, inline="always")
-    def issue_copies(ks, qs, vs, buf, k, q, v, b, h, x, t0, T, tid):
+    def issue_copies(sm, buf, k, q, v, b, h, x, t0, T, tid):
         """Part 4, ASYNC: start the 16-byte ``cp_async16`` copies of the tile at ``t0`` (k, q rows and block ``x``'s
-        VB columns of v) into token rows ``buf * TC ..`` of the tiles, zero-filled (``nbytes`` 0) past the sequence,
-        past K and past V. Nothing waits for them here: ``cp_async_wait_all`` and a barrier do, a tile later."""
+        VB columns of v) into token rows ``buf * TC ..`` of the tiles in ``sm``, zero-filled (``nbytes`` 0) past
+        the sequence, past K and past V. Nothing waits for them here: ``cp_async_wait_all`` and a barrier do, a
+        tile later."""
         pass
+
+    def make_tile_loop(DEFERRED: bool):
+        """Part 4: the token loop over one staged tile as a device function, DEFERRED (the decay kept in D, one
+        FMA per state element) or exact (each token's decay multiplied into the registers)."""
+
+        @cuda.jit(device=True, inline="always")
+        def tile_loop(S, kr, qr, u, kS, accp, ps, wsel, sm, tb, gbase, ntok, sl, grp, obh, jo, V, t0):
+            pass
+
+        return tile_loop
+
+    tile_deferred = make_tile_loop(True)  # noqa: F841 - part 4
+    tile_exact = make_tile_loop(False)  # noqa: F841 - part 4
 
     @cuda.jit
     def recurrent_kernel(q, k, v, g, beta, h0, ht, o, scale):
@@ -303,11 +328,11 @@ def _rows_aligned(*arrays) -> bool:
 
 
 def _smem_bytes(RC: int, COLS: int, NW: int, NS: int, TC: int, NBUF: int) -> int:
-    """Static shared memory of the sequence kernel: NBUF tiles of k, q (TC x KP) and v (TC x VB), and the
-    per-token scalars. Given."""
+    """Shared memory of the package rung's layout (the ``SMF`` floats of :func:`_kernel`): NBUF tiles of k, q
+    (TC x KP) and v (TC x VB), and NBUF (TC + 1) rows of 4 per-token scalars. Given."""
     KP = 4 * RC * NS
     VB = NW * (32 // NS) * COLS
-    return 4 * NBUF * TC * (2 * KP + VB + 8)
+    return 4 * NBUF * (TC * (2 * KP + VB) + 4 * (TC + 1))
 
 
 def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW, ns: int = NS):
@@ -318,8 +343,9 @@ def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW
     return RC, cols, nw
 
 
-def staging(q, k, v, cols=None, nw=None, ns=None, tc=None, asy=None):
-    """``(ASYNC, TC)`` the sequence kernel uses for these inputs and knobs (``None``: the module default): part 4's
+def staging(q, k, v, cols=None, nw=None, ns=None, tc=None, asy=None, recurrence="gated_delta"):
+    """``(ASYNC, TC)`` the sequence kernel uses for these inputs and knobs (``None``: the module default, the same
+    for every ``recurrence`` here; the package's rung picks it per recurrence): part 4's
     asynchronous staging where q, k, v allow 16-byte copies, the block tile is a multiple of 4 columns and two
     tiles fit the static shared memory; otherwise through registers. Given."""
     cols = DEFAULT_COLS if cols is None else cols
@@ -329,7 +355,7 @@ def staging(q, k, v, cols=None, nw=None, ns=None, tc=None, asy=None):
     RC, cols, nw = launch_config(K, V, cols, nw, ns)
     vb = nw * (32 // ns) * cols
     asy = (STAGE_ASYNC if asy is None else asy) and vb % 4 == 0 and _rows_aligned(q, k, v)
-    if asy and _smem_bytes(RC, cols, nw, ns, TC_ASYNC if tc is None else tc, 2) <= STATIC_SMEM_MAX:
+    if asy and _smem_bytes(RC, cols, nw, ns, TC_ASYNC if tc is None else tc, 2) <= SMEM_MAX:
         return True, TC_ASYNC if tc is None else tc
     return False, TC if tc is None else tc
 
@@ -372,9 +398,11 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=
     kern = _kernel(RC, cols, nw, g is not None, beta is not None, h0 is not None, ht is not None, tc, ns, asy)
     vb = nw * (32 // ns) * cols
     grid = (cdiv(V, vb), B * H)
-    kern[grid, nw * 32, stream](
-        q, k, v, or_dummy(g, 3), or_dummy(beta, 3), or_dummy(h0, 4), or_dummy(ht, 4), o, float32(scale)
-    )
+    args = (q, k, v, or_dummy(g, 3), or_dummy(beta, 3), or_dummy(h0, 4), or_dummy(ht, 4), o, float32(scale))
+    if asy:  # part 4: the package's layout keeps its double buffer in dynamic shared memory
+        launch_dynamic(kern, grid, nw * 32, _smem_bytes(RC, cols, nw, ns, tc, 2), stream, args)
+    else:
+        kern[grid, nw * 32, stream](*args)
 
 
 def compile_targets():

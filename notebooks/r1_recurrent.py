@@ -201,9 +201,9 @@ Bs, Ts, Hs, Ks, Vs = (figures.STANDARD[k] for k in "BTHKV")
 RCs, colss, nws = r1.launch_config(Ks, Vs)
 vbs = nws * r1.GROUPS * colss
 log_ns = r1.NS.bit_length() - 1
-tc_s = r1.TC_ASYNC if r1.STAGE_ASYNC else r1.TC
-print(f"standard shape B{Bs} T{Ts} H{Hs} K{Ks} V{Vs}, defaults NS = {r1.NS}, COLS = {colss}, NW = {nws}, TC = {tc_s}"
-      f" ({'cp.async double buffer' if r1.STAGE_ASYNC else 'staged through registers'}):")
+print(f"standard shape B{Bs} T{Ts} H{Hs} K{Ks} V{Vs}, defaults NS = {r1.NS}, COLS = {colss}, NW = {nws}; staging: "
+      + ", ".join(f"{rec} {'cp.async, TC = ' + str(r1.TC_ASYNC) if a else 'registers, TC = ' + str(r1.TC)}"
+                  for rec, a in r1.STAGE_ASYNC.items()) + ":")
 print(f"  inputs per token-head: (2K + V + 2) * 4 = {(2 * Ks + Vs + 2) * 4} bytes; q, k staged by "
       f"{-(-Vs // vbs)} blocks per head")
 print(f"  threads: B H V NS / COLS = {Bs * Hs * Vs * r1.NS // colss} = {Bs * Hs * Vs * r1.NS // colss // 32} warps "
@@ -264,34 +264,44 @@ else:
 # %%
 KNOBS = ("cols", "nw", "tc", "ns", "asy")
 STEP_KNOBS = ("sw", "cs", "smb", "vec")
-DEFAULTS = dict(cols=r1.DEFAULT_COLS, nw=r1.DEFAULT_NW, tc=r1.TC_ASYNC if r1.STAGE_ASYNC else r1.TC, ns=r1.NS,
-                asy=int(r1.STAGE_ASYNC), sw=r1.SW, cs=r1.CS, smb=r1.SMB, vec=int(r1.STEP_VEC))
+DEFAULTS = dict(cols=r1.DEFAULT_COLS, nw=r1.DEFAULT_NW, ns=r1.NS, sw=r1.SW, cs=r1.CS, smb=r1.SMB,
+                vec=int(r1.STEP_VEC))
+
+
+def default(name, rec):
+    """The rung's default for knob ``name`` on recurrence ``rec`` (the staging, and so TC, is per recurrence)."""
+    asy = r1.STAGE_ASYNC.get(rec, False)
+    return {"asy": int(asy), "tc": r1.TC_ASYNC if asy else r1.TC}.get(name, DEFAULTS.get(name))
 
 
 def tune_table(records, knobs):
-    """Markdown rows of one sweep, fastest first; a knob the record lacks (older data) shows as -."""
+    """Markdown rows of one sweep (one recurrence), fastest first; a knob the record lacks (older data) shows
+    as -."""
     best = min(records, key=lambda t: t["median_ms"])
+    rec = records[0]["recurrence"]
+    is_default = lambda t: all(t.get(n) == default(n, rec) for n in knobs)  # noqa: E731
     rows = []
     for t in sorted(records, key=lambda t: t["median_ms"]):
-        mark = ("**fastest**" if t is best else "") + (
-            " default" if all(t.get(n) == DEFAULTS[n] for n in knobs) else "")
+        mark = ("**fastest**" if t is best else "") + (" default" if is_default(t) else "")
         rows.append("| " + " | ".join(str(t.get(n, "-")) for n in knobs) + f" | {t['median_ms']:.3f} | {mark} |")
     shp = figures.shape_str(tuple(records[0]["shape"][k] for k in "BTHKV"))
     head = "| " + " | ".join(n.upper() for n in knobs) + " | ms | |\n|" + "--:|" * (len(knobs) + 1) + "---|\n"
     display(Markdown(f"{records[0]['recurrence']} at {shp}\n\n" + head + "\n".join(rows)))
-    if not any(all(t.get(n) == DEFAULTS[n] for n in knobs) for t in records):
-        print("The rung's defaults (" + ", ".join(f"{n.upper()}={DEFAULTS[n]}" for n in knobs) + ") are not in this "
-              "sweep: rerun `linattn-numba bench --tune` on a GPU to measure them.")
-    elif any(best.get(n) != DEFAULTS[n] for n in knobs):
+    if not any(is_default(t) for t in records):
+        print("The rung's defaults (" + ", ".join(f"{n.upper()}={default(n, rec)}" for n in knobs) + ") are not in "
+              "this sweep: rerun `linattn-numba bench --tune` on a GPU to measure them.")
+    elif not is_default(best):
         print("Note: in this data the fastest is " + ", ".join(f"{n.upper()}={best.get(n)}" for n in knobs)
-              + ", not the rung's default (exercise 2).")
+              + ", not the rung's default (the launch is chosen on the total over the swept recurrences; "
+              "exercise 2).")
 
 
 tune = [t for t in (data.tune if data is not None else []) if "median_ms" in t and "error" not in t]
 seq = [t for t in tune if "cols" in t]
 step = [t for t in tune if "sw" in t]
-if seq:
-    tune_table(seq, KNOBS)
+for rec in reference.RECURRENCES:  # one table per recurrence the sweep timed
+    if any(t["recurrence"] == rec for t in seq):
+        tune_table([t for t in seq if t["recurrence"] == rec], KNOBS)
 if step:
     tune_table(step, STEP_KNOBS)
 if not seq and not step:

@@ -93,7 +93,8 @@ def test_only_step_flag_reaches_the_bench(monkeypatch):
 
 def test_apply_best_takes_the_least_total_time_over_the_tuned_recurrences(monkeypatch):
     """With the sweep timed on several recurrences, r1 keeps the launch with the least total time (not the one
-    fastest on one recurrence), sets TC_ASYNC or TC by its staging, and ignores failed or inaccurate records."""
+    fastest on one recurrence), then per recurrence the faster staging with its COLS, NW, NS, and ignores failed
+    or inaccurate records."""
     from linattn_numba.rungs import r1_recurrent as r1
 
     for name in ("DEFAULT_COLS", "DEFAULT_NW", "NS", "TC", "TC_ASYNC", "STAGE_ASYNC"):
@@ -105,9 +106,9 @@ def test_apply_best_takes_the_least_total_time_over_the_tuned_recurrences(monkey
 
     tune = [rec(2, 1, "gated_delta", 3.5), rec(2, 1, "delta", 3.9),  # fastest on gated delta, 7.4 in all
             rec(1, 0, "gated_delta", 3.6), rec(1, 0, "delta", 3.3),  # 6.9 in all: kept
+            rec(1, 1, "gated_delta", 3.7), rec(1, 1, "delta", 3.2),  # 6.9 too, but the other staging
             rec(4, 0, "gated_delta", 1.0, rel_err=1.0), rec(4, 0, "delta", 1.0)]  # wrong: never kept
     chosen = bench.apply_best(tune)
-    assert chosen == dict(cols=1, nw=8, tc=16, ns=8, asy=0)
-    assert (r1.DEFAULT_COLS, r1.TC, r1.STAGE_ASYNC) == (1, 16, False)
-    chosen = bench.apply_best(tune[:2])
-    assert chosen["asy"] == 1 and r1.TC_ASYNC == 32 and r1.STAGE_ASYNC
+    assert chosen == dict(cols=1, nw=8, tc=16, ns=8, asy={"delta": 1, "gated_delta": 0})
+    assert (r1.DEFAULT_COLS, r1.TC, r1.TC_ASYNC) == (1, 16, 32)
+    assert r1.STAGE_ASYNC["delta"] and not r1.STAGE_ASYNC["gated_delta"]

@@ -346,8 +346,8 @@ def bench_copy(timer, nbytes=2**30):
 
 
 TUNE_CONFIGS = (  # (COLS, NW, TC, NS, ASYNC) for r1 (COLS <= NS; ASYNC 1: cp.async double buffer)
-    (2, 8, 32, 8, 1), (2, 8, 32, 8, 0), (2, 8, 16, 8, 1), (1, 8, 32, 8, 1), (1, 8, 32, 4, 1),
-    (1, 8, 32, 4, 0), (2, 4, 32, 8, 1), (1, 4, 32, 8, 1), (4, 8, 32, 16, 1), (2, 8, 32, 16, 1),
+    (2, 8, 32, 8, 1), (2, 8, 32, 8, 0), (2, 8, 16, 8, 1), (1, 8, 32, 4, 1), (1, 8, 32, 4, 0),
+    (2, 4, 32, 8, 1), (4, 8, 32, 16, 1),
 )
 STEP_CONFIGS = (  # (SW, CS, SMB, VEC) for r1's decode step: warps splitting K, columns per lane, blocks per SM,
     # 128-bit state loads (VEC = 1: 4 columns per lane, CS is not used)
@@ -358,7 +358,7 @@ STEP_CONFIGS = (  # (SW, CS, SMB, VEC) for r1's decode step: warps splitting K, 
 
 def tune_recurrent(timer, shape=STANDARD, recurrence="gated_delta", configs=TUNE_CONFIGS):
     """Time r1 over (COLS, NW, TC, NS, ASYNC) choices at one shape: the record behind r1's DEFAULT_COLS,
-    DEFAULT_NW, TC / TC_ASYNC, NS and STAGE_ASYNC."""
+    DEFAULT_NW, TC / TC_ASYNC, NS and STAGE_ASYNC (per recurrence)."""
     from numba import cuda
 
     from .rungs import r1_recurrent
@@ -421,8 +421,8 @@ def tune_step(timer, shape=DECODE, recurrence="gated_delta", configs=STEP_CONFIG
 
 
 def apply_best(tune):
-    """Set r1's launch defaults (COLS, NW, TC, NS, the staging, and the step's SW, CS, SMB) to the fastest correct
-    tuned ones."""
+    """Set r1's launch defaults (COLS, NW, NS and TC: the least total time over the tuned recurrences; then per
+    recurrence the faster staging with those; the step's SW, CS, SMB) to the fastest correct tuned ones."""
     from .rungs import r1_recurrent
 
     ok = [r for r in tune if "median_ms" in r and (r.get("rel_err") or 0) <= 2e-4]
@@ -439,12 +439,23 @@ def apply_best(tune):
         best = min(full, key=full.get)
         b = next(r for r in seq if knobs(r) == best)
         r1_recurrent.DEFAULT_COLS, r1_recurrent.DEFAULT_NW, r1_recurrent.NS = b["cols"], b["nw"], b["ns"]
-        r1_recurrent.STAGE_ASYNC = bool(b.get("asy", 0))
-        if r1_recurrent.STAGE_ASYNC:
+        if b.get("asy", 0):
             r1_recurrent.TC_ASYNC = b["tc"]
         else:
             r1_recurrent.TC = b["tc"]
-        chosen.update(cols=b["cols"], nw=b["nw"], tc=b["tc"], ns=b["ns"], asy=b.get("asy", 0))
+        chosen.update(cols=b["cols"], nw=b["nw"], tc=b["tc"], ns=b["ns"])
+        # then the staging per recurrence: the faster of the two with these COLS, NW, NS (and its TC)
+        asy = {}
+        for rec in sorted(recs):
+            same = [r for r in seq if r["recurrence"] == rec and knobs(r)[:2] + knobs(r)[3:4] == best[:2] + best[3:4]]
+            f = min(same, key=lambda r: r["median_ms"])
+            asy[rec] = int(f.get("asy", 0))
+            if asy[rec]:
+                r1_recurrent.TC_ASYNC = f["tc"]
+            else:
+                r1_recurrent.TC = f["tc"]
+        r1_recurrent.STAGE_ASYNC = {**r1_recurrent.STAGE_ASYNC, **{rec: bool(a) for rec, a in asy.items()}}
+        chosen["asy"] = asy
     step = [r for r in ok if "sw" in r]
     if step:
         b = min(step, key=lambda r: r["median_ms"])

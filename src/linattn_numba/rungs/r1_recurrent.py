@@ -116,8 +116,10 @@ DEFAULT_NW = 8  # warps per block
 ALIGN = None if sim.active() else 16
 STAGE_BATCH = 8  # global loads a thread has in flight while staging a tile
 # Asynchronous staging (cp.async into a double buffer) where q, k, v allow 16-byte copies: the next tile lands
-# while this one is computed on, so the block no longer stops for the staging's memory latency once a tile
-STAGE_ASYNC = True
+# while this one is computed on, so the block no longer stops for the staging's memory latency once a tile.
+# Per recurrence, from the H200 sweep ("Staging" in the module docstring): it pays for the delta rule only.
+STAGE_ASYNC = {"plain": False, "decay": False, "delta": True, "gated_delta": False}
+RECURRENCE_OF = {(False, False): "plain", (True, False): "decay", (False, True): "delta", (True, True): "gated_delta"}
 TC_ASYNC = 32  # tokens per tile with the double buffer: 2 x 40 KB of dynamic shared memory at K = V = 128
 SMEM_MAX = 227 * 1024  # the H100 / H200 limit per block (dynamic, opted in)
 # Deferred decay: the registers hold S~ with S = D S~, D = the product of the tile's decays so far; a tile keeps
@@ -703,8 +705,9 @@ def launch_config(K: int, V: int, cols: int = DEFAULT_COLS, nw: int = DEFAULT_NW
     return RC, cols, nw
 
 
-def staging(q, k, v, cols=None, nw=None, ns=None, tc=None, asy=None):
-    """``(ASYNC, TC)`` the sequence kernel uses for these inputs and knobs (``None``: the module default).
+def staging(q, k, v, cols=None, nw=None, ns=None, tc=None, asy=None, recurrence="gated_delta"):
+    """``(ASYNC, TC)`` the sequence kernel uses for these inputs and knobs (``None``: the module default;
+    ``STAGE_ASYNC[recurrence]`` for the staging).
     Asynchronous staging needs 16-byte copies of q, k and v (:func:`_rows_aligned`), a block tile of a multiple
     of 4 columns, and two tiles within ``SMEM_MAX``; otherwise the tile goes through registers."""
     cols = DEFAULT_COLS if cols is None else cols
@@ -713,7 +716,7 @@ def staging(q, k, v, cols=None, nw=None, ns=None, tc=None, asy=None):
     K, V = q.shape[3], v.shape[3]
     RC, cols, nw = launch_config(K, V, cols, nw, ns)
     vb = nw * (32 // ns) * cols
-    asy = (STAGE_ASYNC if asy is None else asy) and vb % 4 == 0 and _rows_aligned(q, k, v)
+    asy = (STAGE_ASYNC[recurrence] if asy is None else asy) and vb % 4 == 0 and _rows_aligned(q, k, v)
     if asy and _smem_bytes(RC, cols, nw, ns, TC_ASYNC if tc is None else tc, 2) <= SMEM_MAX:
         return True, TC_ASYNC if tc is None else tc
     return False, TC if tc is None else tc
@@ -753,7 +756,7 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size=None, stream=0, cols=
             q, k, v, or_dummy(g, 3), or_dummy(beta, 3), or_dummy(h0, 4), or_dummy(ht, 4), o, float32(scale)
         )
         return
-    asy, tc = staging(q, k, v, cols, nw, ns, tc_given, asy)
+    asy, tc = staging(q, k, v, cols, nw, ns, tc_given, asy, RECURRENCE_OF[g is not None, beta is not None])
     RC, cols, nw = launch_config(K, V, cols, nw, ns)
     vb = nw * (32 // ns) * cols
     kern = _kernel(RC, cols, nw, g is not None, beta is not None, h0 is not None, ht is not None, tc, ns, asy)
