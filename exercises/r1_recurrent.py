@@ -232,7 +232,7 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
         #   per token, nothing else from global memory. Shared memory per token: a lane loads its R values of k
         #   and of q (RC 16-byte loads each) and COLS of v; each k value feeds 2 COLS FMAs (k . S and the update),
         #   each q value COLS. Registers: at K = 128 and the defaults S is R * COLS = 32 floats; the package's rung
-        #   needs 140-166 registers a thread and no local memory (`linattn-numba compile-check recurrent` checks it).
+        #   needs 109-192 registers a thread and no local memory (`linattn-numba compile-check recurrent` checks it).
         pass
 
     return recurrent_kernel

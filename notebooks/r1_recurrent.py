@@ -65,7 +65,16 @@ print("running on", "Numba's CUDA simulator (CPU)" if la.sim.active() else "a CU
 # $$u_j = \beta_t\,v_{tj} - (\beta_t\gamma)\, k_t\cdot S[:, j], \qquad S[:, j] \leftarrow \gamma\, S[:, j] + u_j\, k_t,
 #   \qquad o_{tj} = \text{scale}\; q_t \cdot S[:, j]$$
 #
-# -- one multiply and one FMA per state element, no separate decay pass (`β_t` and `β_t γ` are staged per token).
+# -- one multiply and one FMA per state element, no separate decay pass (`β_t` and `β_t γ` are staged per token);
+# * **defer the decay** (what the rung does where a tile's decay allows it): with `D_t = exp(G_t)`, `G_t` the sum
+#   of the tile's log-decays up to token `t`, keep `S~ = S / D_t` in the registers. Then
+#
+# $$u_j = \beta_t\,v_{tj} - (\beta_t D_t)\, k_t\cdot \tilde S[:, j], \qquad
+#   \tilde S[:, j] \leftarrow \tilde S[:, j] + (u_j / D_t)\, k_t, \qquad o_{tj} = \text{scale}\, D_t\; q_t \cdot
+#   \tilde S[:, j]$$
+#
+# -- **one FMA per state element**, the decay only in per-column scalars. `1/D_t` must stay finite, so a tile whose
+# decay would take `D` below `2^-20` uses the form above instead (the module docstring, "Deferred decay").
 
 # %% [markdown]
 # ## 2. The thread/block map
@@ -79,14 +88,17 @@ print("running on", "Numba's CUDA simulator (CPU)" if la.sim.active() else "a CU
 #                                                     col0 = blockIdx.x·VB + grp·COLS
 #
 #   registers per lane: S[R, COLS] (the state), kr[R], qr[R], u, k.S, q.S [COLS], a staging batch
-#   shared per block:   ks, qs [TC, KP/4, 4] (tokens x padded K in 16-byte chunks, KP = NS·R),
-#                       vs [TC, VB/COLS, COLS], per token beta, beta·gamma, gamma [TC, 4]
+#   shared per block:   one flat array: k, q tiles [TC, KP] (tokens x padded K, KP = NS·R; a lane's 4 rows are
+#                       one 16-byte load), v [TC, VB], per token 4 scalars (beta, beta·D, 1/D, scale·D) and a
+#                       header per tile; x2 with the cp.async double buffer
 #
 #   per token:  k.S  -> R FMAs/column + log2(NS) shfl_xor steps                 (delta rule)
-#               S <- gamma S + k u ; q.S -> 2R FMAs/column; the previous token's q.S butterfly
+#               S~ <- S~ + k u/D ; q.S -> 2R FMAs/column; the previous token's q.S butterfly
 #               (interleaved with this token's k.S one); lane slice s == c writes o[t-1, col0 + c]
-#   per TC tokens: stage the tile (coalesced, STAGE_BATCH loads in flight per thread), syncthreads,
-#                  walk the tokens, syncthreads
+#   per TC tokens, registers: stage the tile (coalesced, STAGE_BATCH loads in flight per thread),
+#                  syncthreads, walk the tokens, syncthreads
+#   per TC tokens, cp.async: wait for this tile's copies, syncthreads, start the next tile's copies,
+#                  walk the tokens
 # ```
 #
 # The ownership of one warp's part of the state, computed from the rung's own constants (`NS`, `GROUPS`,
@@ -130,8 +142,10 @@ print(f"at K = V = 128: RC = {RC128} chunks, R = {4 * RC128} rows x COLS = {cols
 #
 # From the package, with `inspect.getsource`. Look for: the staging loops (clamped loads in batches of
 # `STAGE_BATCH` into registers, then masked stores, so a thread's loads issue back to back and a tile costs a few
-# memory latencies, not one per element), the 16-byte aligned `[TC, KP/4, 4]` tiles (a lane's chunk of `k` or `q`
-# is one vector load), the two `syncthreads` per tile, the `shfl_xor_sync` butterflies -- the output's one
+# memory latencies, not one per element), or under `ASYNC` `issue_copies` (16-byte `cp.async` into the other
+# buffer while this tile is computed on), `tile_scalars` (the warp scan of the log-decays that decides per tile
+# between the deferred and the exact token loop, `make_tile_loop`), the 16-byte `ld4` loads (a lane's chunk of
+# `k` or `q` is one vector load), the `syncthreads` per tile, the `shfl_xor_sync` butterflies -- the output's one
 # pipelined by a token, so two independent butterflies are in flight -- the four independent partial sums that
 # shorten each dependent-add chain, the 0/1 weights `wsel` that pick a lane's output column without indexing a
 # local array by lane (which would put it in local memory), and the `HAS_*` flags folded at compile time.

@@ -14,13 +14,48 @@ What changed from r0 ``naive`` and why
       sum, so ``u`` needs no broadcast) run side by side.
     * the output's reduction is pipelined by one token: token t's ``q . S`` partial sums are reduced in iteration
       t + 1, their shuffles interleaved with token t + 1's ``k . S`` shuffles. The two butterflies are the longest
-      latency chain of a token; in a row they stall the warp twice, interleaved once.
-    * the block stages ``TC`` tokens of ``q`` (times scale), ``k`` (zero-padded to ``KP = NS R`` rows, so the hot
-      loop has no bounds checks), ``v``, and per token ``beta``, ``beta exp(g)``, ``exp(g)`` into shared memory
-      behind one barrier. Each thread issues its global loads in batches of ``STAGE_BATCH`` into registers
-      before storing any, so a tile costs a few memory latencies, not one per element.
-    * the gated delta rule is rearranged so the decay costs one multiply per element: ``k . (γ S) = γ (k . S)``
-      folds it into ``u = beta v - (beta γ) (k . S)``, then ``S <- γ S + k u``.
+      latency chain of a token; in a row they stall the warp twice, interleaved once. The pipeline runs across
+      tile borders and drains once, after the last token.
+    * the block stages ``TC`` tokens of ``q``, ``k`` (zero-padded to ``KP = NS R`` rows, so the hot loop has no
+      bounds checks), ``v``, and 4 scalars per token into one flat shared array ("Staging" below).
+    * the decay is deferred ("Deferred decay" below): where a tile's decay allows it, the registers hold
+      ``S~ = S / D`` and the update is one FMA per element for every recurrence.
+
+Deferred decay
+    The direct update with a decay, ``S <- γ S + k u``, costs a multiply and an FMA per state element (``k u``,
+    then ``γ S + ...``). Within a tile, let ``D_t = exp(G_t)``, ``G_t`` the sum of the tile's log-decays up to
+    token t (a warp scan of the 32 ``g``). With ``S = D_t S~`` the update becomes ``S~ <- S~ + k (u / D_t)``: one
+    FMA per element; ``k . S = D_t (k . S~)`` enters ``u = beta v - (beta D_t) (k . S~)`` and the output is
+    ``scale D_t (q . S~)`` -- two multiplies per column, not per element. At the next tile's start the registers
+    are multiplied by the tile's final D once (one multiply per element per tile). ``1 / D_t`` must stay finite:
+    a tile keeps the deferred form only while its whole decay leaves ``D >= DEFER_MIN = 2^-20`` (``1 / D <=
+    2^20``, so ``S~`` is at most 2^20 times ``S``: no overflow, and the relative rounding is that of ``S``);
+    otherwise (a strong decay, or one that underflows to 0) that tile multiplies each token's decay into the
+    registers, the direct update. The choice is per tile and uniform over the block (one head), so each path
+    is a loop of its own (``make_tile_loop``), with no per-token branch. A first version renormalised per token
+    and ran the product on one lane per tile: 4.25 ms decay, 4.52 ms gated delta, slower than without it
+    (``figures/data/probes/h200_r1_5052257.json``); the per-tile scan replaced it.
+
+Staging
+    Two ways to fill a tile, chosen per recurrence (``STAGE_ASYNC``, from the sweep in the bench file
+    ``figures/data/h200_r1_e27ec8b.json``, at the defaults below):
+
+    * through registers: every thread issues its global loads in batches of ``STAGE_BATCH`` into registers,
+      then stores them, behind one barrier, and a second barrier before the next tile overwrites it. A tile costs
+      a few memory latencies during which no warp computes.
+    * ``cp.async`` into a double buffer (``ASYNC``; float32 inputs with 16-byte aligned rows, K and the block's
+      columns multiples of 4): right after the barrier that opens tile i, every thread starts its 16-byte
+      copies of tile i + 1 into the other buffer (zero-filled past T, K, V), and warp 0 stages tile i + 1's
+      scalars from registers loaded a tile earlier; ``cp.async.wait_all`` and the next barrier close it. One
+      barrier per tile, no staging latency in the critical path. Two tiles of 32 tokens take 82 KB of dynamic
+      shared memory (opted in above 48 KB; ``_common.launch_dynamic``).
+
+    Measured at B4 T8192 H16 K=V=128 (``tune`` records of that file): cp.async staging is faster without a decay
+    (plain 2.15 against 2.73 ms, delta 3.01 against 3.43 ms) and slower with one (decay 3.51 against 3.02 ms,
+    gated delta 3.75 against 3.58 ms). Nsight Compute (``probes/h200_ncu_r1_d1cc1ff.csv``,
+    ``probes/h200_ncu_r1_inst_e27ec8b.txt``) finds the same instruction count both ways and, with a decay, the
+    cp.async kernels stalled on the short scoreboard (shared-memory and shuffle results: 1.25 against 0.37 cycles
+    per issued instruction for decay); why only with a decay is not resolved.
 
 Thread map
     grid ``(ceil(V / VB), B * H)`` with ``VB = NW * (32 / NS) * COLS`` columns per block; block ``NW`` warps.
@@ -30,22 +65,25 @@ Thread map
     per head, 128 blocks at the standard shape -- one per SM, 8 warps each.
 
 Cost per token (per head)
-    FLOPs: ``2 K V`` (update) + ``2 K V`` (output) + ``2 K V`` (delta rule's ``k.S``) + ``K V`` (decay multiply):
-    4 FP32 instructions per state element and token for the gated delta rule (k.S FMA, k u multiply, decay FMA,
-    q.S FMA). Bytes from device memory: the inputs, ``(2 K + V + 2) * 4`` per token (each block stages ``q``,
-    ``k`` again, ``ceil(V / VB)`` times per head; the repeats hit L2), plus the state once in and once out per
-    sequence. At the standard shape the rung is bound by issue and latency on the sequential chain of tokens:
-    two warps per scheduler, each waiting on its shuffle butterflies and shared loads (``tools/profile_kernels.py``
+    FLOPs: ``2 K V`` (update) + ``2 K V`` (output) + ``2 K V`` (delta rule's ``k.S``) + ``K V`` (decay multiply,
+    counted though deferred). FP32 instructions per state element and token: 2 (plain: update FFMA, q.S FFMA),
+    2 (decay, deferred), 3 (delta rule: k.S FFMA too), 3 (gated delta, deferred); an exact tile adds one multiply
+    for the decay. Bytes from device memory: the inputs, ``(2 K + V + 2) * 4`` per token (each block stages
+    ``q``, ``k`` again, ``ceil(V / VB)`` times per head; the repeats hit L2), plus the state once in and once out
+    per sequence. At the standard shape the rung is bound by issue and latency on the sequential chain of tokens:
+    two warps per scheduler, each waiting on its shuffle butterflies and shared loads (``tools/ncu_rungs.py``
     under ncu shows the issue rate and stall reasons), not by memory.
 
-Registers (ptxas -v, sm_90, float32 inputs, K = 128, defaults): 140 (plain, decay) and 166 (delta rules) for
-the sequence kernel -- the 32 state values, k and q for one token, a staging batch and its addresses (the one
-block of 256 threads per SM fits at up to 255). 128 for the decode step (its launch bounds ask for 2 blocks per SM).
-No variant uses local memory (``python -m linattn_numba.compile_check recurrent`` checks).
+Registers (ptxas -v, sm_90, float32 inputs, K = 128, defaults): 109-192 for the sequence kernel, by recurrence,
+staging and state buffers (``linattn-numba compile-check --assemble recurrent`` prints each) -- the 32 state
+values, k and q for one token, a staging batch and its addresses (the one block of 256 threads per SM fits at up
+to 255). 128 for the decode step (its launch bounds ask for 2 blocks per SM). No variant uses local memory
+(``python -m linattn_numba.compile_check recurrent`` checks).
 
-Launch knobs (``forward(..., ns=, cols=, nw=, tc=, sw=, cs=, smb=, vec=)``; the bench's ``--tune`` sweeps them,
-``bench.TUNE_CONFIGS`` / ``bench.STEP_CONFIGS``, and its JSON "tune" records are the measurements behind the
-defaults; tuned on the H200 at B4 T8192 H16 K=V=128 gated delta and the B256 H16 decode step)
+Launch knobs (``forward(..., ns=, cols=, nw=, tc=, sw=, cs=, smb=, vec=, asy=)``; the bench's ``--tune`` sweeps
+them, ``bench.TUNE_CONFIGS`` / ``bench.STEP_CONFIGS``, and its JSON "tune" records are the measurements behind the
+defaults; tuned on the H200 at B4 T8192 H16 K=V=128, the sequence kernel on all four recurrences
+(``figures/data/h200_r1_e27ec8b.json``), the decode step at B256 H16)
 
     ====  =======  ==========================================================================================
     knob  default  why
@@ -57,8 +95,11 @@ defaults; tuned on the H200 at B4 T8192 H16 K=V=128 gated delta and the B256 H16
                    COLS = 2 give 1024 warps at the standard shape, 8 per SM).
     NW    8        warps per block. Each block stages the head's k and q again, so fewer, wider blocks stage
                    less per token; 8 warps give 128 blocks, one per SM on 132 SMs.
-    TC    32       tokens per staged tile (<= 32: per-token scalars come from one warp). Amortises the two
-                   barriers and the staging latency over more tokens; 16 measured about the same.
+    TC    32       tokens per staged tile (<= 32: per-token scalars come from one warp), both stagings
+                   (``TC``, ``TC_ASYNC``). Amortises the barriers, the staging latency and the tile's scalars
+                   over more tokens: 16 (cp.async) was 0-3 % slower in the sweep.
+    ASY   per rec  ``STAGE_ASYNC``: cp.async double buffer for plain and delta, registers for decay and gated
+                   delta ("Staging"); used only where the inputs allow 16-byte copies.
     SW    8        decode step: warps splitting K (rows per thread RS = K / SW).
     CS    4        decode step: columns per lane (lane, lane + 32, ...): one block covers a whole head at V = 128,
                    and a thread has RS CS = 64 state loads in flight.
@@ -117,8 +158,8 @@ ALIGN = None if sim.active() else 16
 STAGE_BATCH = 8  # global loads a thread has in flight while staging a tile
 # Asynchronous staging (cp.async into a double buffer) where q, k, v allow 16-byte copies: the next tile lands
 # while this one is computed on, so the block no longer stops for the staging's memory latency once a tile.
-# Per recurrence, from the H200 sweep ("Staging" in the module docstring): it pays for the delta rule only.
-STAGE_ASYNC = {"plain": False, "decay": False, "delta": True, "gated_delta": False}
+# Per recurrence, from the H200 sweep ("Staging" in the module docstring): it pays without a decay only.
+STAGE_ASYNC = {"plain": True, "decay": False, "delta": True, "gated_delta": False}
 RECURRENCE_OF = {(False, False): "plain", (True, False): "decay", (False, True): "delta", (True, True): "gated_delta"}
 TC_ASYNC = 32  # tokens per tile with the double buffer: 2 x 40 KB of dynamic shared memory at K = V = 128
 SMEM_MAX = 227 * 1024  # the H100 / H200 limit per block (dynamic, opted in)
