@@ -178,7 +178,6 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
     KP = R * NS  # K padded to a multiple of 4 NS: rows >= K are zeros in k/q and in the state
     KP4 = KP // 4
     VB = NW * GROUPS * COLS  # value columns per block
-    VBC = VB // COLS
     NT = NW * 32
     NBUF = 2 if ASYNC else 1  # ASYNC: a double buffer, the next tile lands while this one is computed on
     TCB = NBUF * TC  # token rows of the shared tiles
@@ -209,9 +208,9 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
     @cuda.jit(device=True, inline="always")
     def tile_scalars(sm, buf, lane, T, gl, bl, dcarry, scale):
         """Warp 0: the per-token scalars of one tile into buffer ``buf`` of the scalar part of ``sm`` (rows
-        ``buf TG + j``, and the tile's header row ``buf TG + TC``); lane j brings token j's log-decay ``gl`` and beta ``bl`` (0 and 1
-        past the sequence). ``dcarry``: the previous tile's deferred decay D, to fold in at this tile's start.
-        Returns this tile's D at its end (1 when the tile is exact)."""
+        ``buf TG + j``, and the tile's header row ``buf TG + TC``); lane j brings token j's log-decay ``gl`` and
+        beta ``bl`` (0 and 1 past the sequence). ``dcarry``: the previous tile's deferred decay D, to fold in at
+        this tile's start. Returns this tile's D at its end (1 when the tile is exact)."""
         base = GOFF + 4 * buf * TG
         # G_j = sum of the tile's log-decays up to token j: an inclusive scan over the warp's lanes
         G = gl if lane < TC else float32(0.0)
