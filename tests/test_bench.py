@@ -112,3 +112,25 @@ def test_apply_best_takes_the_least_total_time_over_the_tuned_recurrences(monkey
     assert chosen == dict(cols=1, nw=8, tc=16, ns=8, asy={"delta": 1, "gated_delta": 0})
     assert (r1.DEFAULT_COLS, r1.TC, r1.TC_ASYNC) == (1, 16, 32)
     assert r1.STAGE_ASYNC["delta"] and not r1.STAGE_ASYNC["gated_delta"]
+
+
+def test_r1_defaults_are_what_the_committed_sweep_chose(monkeypatch):
+    """r1's launch defaults (COLS, NW, NS, TC, TC_ASYNC and the staging per recurrence) are what ``apply_best``
+    picks from the newest committed H200 sweep of the sequence kernel: rerunning ``bench --tune`` and
+    committing its file without following it in the rung fails here."""
+    import json
+    from pathlib import Path
+
+    from linattn_numba.rungs import r1_recurrent as r1
+
+    names = ("DEFAULT_COLS", "DEFAULT_NW", "NS", "TC", "TC_ASYNC", "STAGE_ASYNC")
+    defaults = {n: getattr(r1, n) for n in names}
+    for n in names:
+        monkeypatch.setattr(r1, n, defaults[n])
+    data = Path(__file__).resolve().parents[1] / "figures" / "data"
+    sweeps = [json.loads(p.read_text()) for p in data.glob("h200_*.json")]
+    sweeps = [d for d in sweeps if any("cols" in t and "asy" in t for t in d.get("tune", []))]
+    assert sweeps, "no committed sweep of r1's sequence kernel with both stagings"
+    newest = max(sweeps, key=lambda d: d["date"])
+    bench.apply_best(newest["tune"])
+    assert {n: getattr(r1, n) for n in names} == defaults

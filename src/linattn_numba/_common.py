@@ -108,3 +108,18 @@ def launch_dynamic(kernel, grid, block, smem, stream, args):
             drv.driver.cuKernelSetAttribute(attr, smem, cufunc.handle, cufunc.device.id)
             _smem_opted_in.add(key)
     kernel[grid, block, stream, smem](*args)
+
+
+def rows_aligned(*arrays) -> bool:
+    """Whether these 4-D arrays (``None`` entries are skipped) can be read and written 16 bytes at a time:
+    float32, the last axis a multiple of 4 long and contiguous, every row starting on a 16-byte boundary (the
+    128-bit and ``cp.async`` paths of r1, r3, r5 and r6 ask it of their inputs, r1's vector decode step of its
+    state buffers)."""
+    for a in arrays:
+        if a is None:
+            continue
+        if a.dtype != np.float32 or a.shape[3] % 4 or a.strides[3] != 4 or any(x % 16 for x in a.strides[:3]):
+            return False
+        if not config.ENABLE_CUDASIM and a.__cuda_array_interface__["data"][0] % 16:
+            return False
+    return True

@@ -439,21 +439,20 @@ def apply_best(tune):
         best = min(full, key=full.get)
         b = next(r for r in seq if knobs(r) == best)
         r1_recurrent.DEFAULT_COLS, r1_recurrent.DEFAULT_NW, r1_recurrent.NS = b["cols"], b["nw"], b["ns"]
-        if b.get("asy", 0):
-            r1_recurrent.TC_ASYNC = b["tc"]
-        else:
-            r1_recurrent.TC = b["tc"]
         chosen.update(cols=b["cols"], nw=b["nw"], tc=b["tc"], ns=b["ns"])
-        # then the staging per recurrence: the faster of the two with these COLS, NW, NS (and its TC)
-        asy = {}
-        for rec in sorted(recs):
-            same = [r for r in seq if r["recurrence"] == rec and knobs(r)[:2] + knobs(r)[3:4] == best[:2] + best[3:4]]
-            f = min(same, key=lambda r: r["median_ms"])
-            asy[rec] = int(f.get("asy", 0))
-            if asy[rec]:
-                r1_recurrent.TC_ASYNC = f["tc"]
-            else:
-                r1_recurrent.TC = f["tc"]
+        # then, with these COLS, NW, NS: each staging's TC (the least total time again), and per recurrence the
+        # faster staging
+        same = lambda kn: (kn[0], kn[1], kn[3]) == (best[0], best[1], best[3])  # noqa: E731
+        launch = {}  # staging -> its fastest full launch
+        for a in (0, 1):
+            cand = [kn for kn in full if same(kn) and kn[4] == a]
+            if cand:
+                launch[a] = min(cand, key=full.get)
+        if 0 in launch:
+            r1_recurrent.TC = launch[0][2]
+        if 1 in launch:
+            r1_recurrent.TC_ASYNC = launch[1][2]
+        asy = {rec: int(min(launch, key=lambda a: total[launch[a]][rec])) for rec in sorted(recs)}
         r1_recurrent.STAGE_ASYNC = {**r1_recurrent.STAGE_ASYNC, **{rec: bool(a) for rec, a in asy.items()}}
         chosen["asy"] = asy
     step = [r for r in ok if "sw" in r]

@@ -137,7 +137,7 @@ import numpy as np
 from numba import cuda, float32, types
 
 from .. import sim
-from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, launch_dynamic, or_dummy
+from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, launch_dynamic, or_dummy, rows_aligned
 from ..vec import cp_async16, cp_async_wait_all, ld4, st4
 
 NAME = "recurrent"
@@ -713,19 +713,7 @@ def _step_kernel_vec(RS: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bool, HAS_HT:
     return step_kernel_vec
 
 
-def _rows_aligned(*arrays) -> bool:
-    """Whether these 4-D arrays (``None`` entries are skipped) can be read and written 16 bytes at a time:
-    float32, the last axis a multiple of 4 long and contiguous, every row starting on a 16-byte boundary. The
-    vector decode step asks it of the [B, H, K, V] state buffers, the sequence kernel's asynchronous staging of
-    q, k and v."""
-    for a in arrays:
-        if a is None:
-            continue
-        if a.dtype != np.float32 or a.shape[3] % 4 or a.strides[3] != 4 or any(x % 16 for x in a.strides[:3]):
-            return False
-        if not sim.active() and a.__cuda_array_interface__["data"][0] % 16:
-            return False
-    return True
+_rows_aligned = rows_aligned  # (from _common: r3 and the rungs above it ask the same of their inputs)
 
 
 def _smem_bytes(RC: int, COLS: int, NW: int, NS: int, TC: int, NBUF: int) -> int:
