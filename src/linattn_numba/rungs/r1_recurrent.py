@@ -159,7 +159,7 @@ STAGE_BATCH = 8  # global loads a thread has in flight while staging a tile
 # Asynchronous staging (cp.async into a double buffer) where q, k, v allow 16-byte copies: the next tile lands
 # while this one is computed on, so the block no longer stops for the staging's memory latency once a tile.
 # Per recurrence, from the H200 sweep ("Staging" in the module docstring): it pays without a decay only.
-STAGE_ASYNC = {"plain": True, "decay": False, "delta": True, "gated_delta": False}
+STAGE_ASYNC = {"plain": True, "decay": True, "delta": True, "gated_delta": True}
 RECURRENCE_OF = {(False, False): "plain", (True, False): "decay", (False, True): "delta", (True, True): "gated_delta"}
 TC_ASYNC = 32  # tokens per tile with the double buffer: 2 x 40 KB of dynamic shared memory at K = V = 128
 SMEM_MAX = 227 * 1024  # the H100 / H200 limit per block (dynamic, opted in)
@@ -204,6 +204,9 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
     NCK = TC * KP4
     NCV = TC * (VB // 4)
     ITER_A = (2 * NCK + NCV + NT - 1) // NT
+    # every thread copies the same k/q column and the same v column at every copy (NT a multiple of a tile row's
+    # 16-byte chunks, the tile a multiple of NT chunks): 4 + 4 + 2 copies at K = V = 128 and the defaults
+    FAST_A = NT % KP4 == 0 and NCK % NT == 0 and NT % (VB // 4) == 0 and NCV % NT == 0
 
     @cuda.jit(device=True, inline="always")
     def tile_scalars(sm, buf, lane, T, gl, bl, dcarry, scale):
@@ -258,31 +261,49 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
         return gl, bl
 
     @cuda.jit(device=True, inline="always")
-    def issue_copies(sm, buf, k, q, v, b, h, x, t0, T, tid):
-        """ASYNC: start the 16-byte copies of the tile at ``t0`` into buffer ``buf``, zero-filled past the
-        sequence, past K and past V; nothing waits for them here."""
-        K = k.shape[3]
-        V = v.shape[3]
-        for m in range(ITER_A):
-            e = tid + m * NT
-            if e < 2 * NCK:
-                ek = e % NCK
-                tt = ek // KP4
-                i4 = ek % KP4
-                inside = t0 + tt < T and 4 * i4 < K
-                src = (b, min(t0 + tt, T - 1), h, min(4 * i4, K - 4))
-                if e < NCK:
-                    cp_async16(sm, KOFF + (buf * TC + tt) * KP + 4 * i4, k, src, 16 if inside else 0)
-                else:
-                    cp_async16(sm, QOFF + (buf * TC + tt) * KP + 4 * i4, q, src, 16 if inside else 0)
-            elif e < 2 * NCK + NCV:
-                ev = e - 2 * NCK
-                tt = ev // (VB // 4)
-                jj = 4 * (ev % (VB // 4))
-                j = x * VB + jj
-                inside = t0 + tt < T and j < V
-                cp_async16(sm, VOFF + (buf * TC + tt) * VB + jj, v,
-                           (b, min(t0 + tt, T - 1), h, min(j, V - 4)), 16 if inside else 0)
+    def issue_copies(sm, buf, kbh, qbh, vbh, x, t0, T, tid):
+        """ASYNC: start the 16-byte copies of the tile at ``t0`` into buffer ``buf`` from this head's ``[T, K]``
+        and ``[T, V]`` views, zero-filled past the sequence, past K and past V; nothing waits for them here."""
+        K = kbh.shape[1]
+        V = vbh.shape[1]
+        if FAST_A:
+            # a fixed 16-byte column per thread, every (NT / KP4)-th token row: the unrolled copies differ only
+            # in their row, so their index arithmetic is a few adds (the generic walk below divides per copy)
+            i4 = 4 * (tid % KP4)
+            ic = min(i4, K - 4)
+            for m in range(NCK // NT):
+                tt = tid // KP4 + m * (NT // KP4)
+                n = 16 if t0 + tt < T and i4 < K else 0
+                tc = min(t0 + tt, T - 1)
+                cp_async16(sm, KOFF + (buf * TC + tt) * KP + i4, kbh, (tc, ic), n)
+                cp_async16(sm, QOFF + (buf * TC + tt) * KP + i4, qbh, (tc, ic), n)
+            jj = 4 * (tid % (VB // 4))
+            j = x * VB + jj
+            jc = min(j, V - 4)
+            for m in range(NCV // NT):
+                tt = tid // (VB // 4) + m * (NT // (VB // 4))
+                n = 16 if t0 + tt < T and j < V else 0
+                cp_async16(sm, VOFF + (buf * TC + tt) * VB + jj, vbh, (min(t0 + tt, T - 1), jc), n)
+        else:
+            for m in range(ITER_A):
+                e = tid + m * NT
+                if e < 2 * NCK:
+                    ek = e % NCK
+                    tt = ek // KP4
+                    i4 = ek % KP4
+                    n = 16 if t0 + tt < T and 4 * i4 < K else 0
+                    src = (min(t0 + tt, T - 1), min(4 * i4, K - 4))
+                    if e < NCK:
+                        cp_async16(sm, KOFF + (buf * TC + tt) * KP + 4 * i4, kbh, src, n)
+                    else:
+                        cp_async16(sm, QOFF + (buf * TC + tt) * KP + 4 * i4, qbh, src, n)
+                elif e < 2 * NCK + NCV:
+                    ev = e - 2 * NCK
+                    tt = ev // (VB // 4)
+                    jj = 4 * (ev % (VB // 4))
+                    j = x * VB + jj
+                    n = 16 if t0 + tt < T and j < V else 0
+                    cp_async16(sm, VOFF + (buf * TC + tt) * VB + jj, vbh, (min(t0 + tt, T - 1), min(j, V - 4)), n)
 
     def make_tile_loop(DEFERRED: bool):
         """The token loop over one staged tile, DEFERRED (the decay kept in D, one FFMA per state element) or
@@ -403,13 +424,16 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
         for c in range(COLS):
             accp[c] = float32(0.0)  # no output pending before the first token
         dcarry = float32(1.0)  # warp 0: the deferred decay D at the end of the last tile it staged
-        gl = float32(0.0)  # ASYNC, warp 0: lane j's token of the tile after the next one (prefetched scalars)
+        # warp 0, lane j: token j of a tile staged ahead -- the next tile's (registers) or the one after the next
+        # (ASYNC) -- loaded a tile early, so no staging waits on the latency of these global loads
+        gl = float32(0.0)
         bl = float32(1.0)
+        if tid < 32:
+            gl, bl = load_scalars(g, beta, b, h, lane, T)
         if ASYNC:
             # prologue: tile 0's copies in flight, its scalars staged, tile 1's scalars on their way
-            issue_copies(sm, 0, k, q, v, b, h, cuda.blockIdx.x, 0, T, tid)
+            issue_copies(sm, 0, kbh, qbh, vbh, cuda.blockIdx.x, 0, T, tid)
             if tid < 32:
-                gl, bl = load_scalars(g, beta, b, h, lane, T)
                 dcarry = tile_scalars(sm, 0, lane, T, gl, bl, dcarry, scale)
                 gl, bl = load_scalars(g, beta, b, h, TC + lane, T)
 
@@ -421,11 +445,19 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                 # previous tile, whose buffer the next copies overwrite.
                 cuda.syncthreads()
                 if t0 + TC < T:
-                    issue_copies(sm, 1 - buf, k, q, v, b, h, cuda.blockIdx.x, t0 + TC, T, tid)
+                    issue_copies(sm, 1 - buf, kbh, qbh, vbh, cuda.blockIdx.x, t0 + TC, T, tid)
                     if tid < 32:  # the next tile's scalars from registers; the one after that starts loading
                         dcarry = tile_scalars(sm, 1 - buf, lane, T, gl, bl, dcarry, scale)
                         gl, bl = load_scalars(g, beta, b, h, t0 + 2 * TC + lane, T)
+                # Warp 0 reconverges here. Without this point ptxas cannot prove that the warps are converged
+                # in the token loop below (tile_scalars shuffles inside a branch, and no barrier follows as in
+                # the register staging), so it guards each shuffle butterfly of the loop with a divergence check
+                # (BRA.DIV) and no longer interleaves the butterflies with the FFMAs ("Staging" above)
+                cuda.syncwarp()
             else:
+                if tid < 32:  # the tile's scalars, loaded a tile ago; the next tile's start loading
+                    dcarry = tile_scalars(sm, 0, lane, T, gl, bl, dcarry, scale)
+                    gl, bl = load_scalars(g, beta, b, h, t0 + TC + lane, T)
                 # Stage TC tokens. Consecutive threads read consecutive addresses. The loads go in batches of
                 # SB per thread into registers, then to shared memory: a batch's loads are independent and issue
                 # back to back, so the block waits for one memory latency per batch, not one per element (a
@@ -476,9 +508,6 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                     if tt < TC:
                         keep = t0 + tt < T and cuda.blockIdx.x * VB + jj < V
                         sm[VOFF + tt * VB + jj] = vb[m] if keep else float32(0.0)
-                if tid < 32:  # per-token scalars, one token per lane of warp 0 (TC <= 32)
-                    gl, bl = load_scalars(g, beta, b, h, t0 + lane, T)
-                    dcarry = tile_scalars(sm, 0, lane, T, gl, bl, dcarry, scale)
                 cuda.syncthreads()  # the staged tile is complete before any warp reads it
 
             ntok = min(TC, T - t0)
