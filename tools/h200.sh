@@ -35,6 +35,9 @@
 #   next = r6_intra,long_engines,sanitize_r6,sanitize_rest,ncu (sanitize_rest: r4 delta / gated delta under the three tools,
 #   SANITIZE_RECS overrides the recurrences;
 #   sanitize_r6: r6 tensor_cores under the three tools)
+#     sanitize_par  the three tools on SANITIZE_JOBS (rung:recurrences, space separated; default r1 on all four
+#               recurrences and r4 one recurrence at a time), every (job, tool) its own process, all at once,
+#               each with SANITIZE_TIMEOUT seconds (default 480): one log, h200_sanitize_par_<sha>.txt
 # Outputs go to $OUT (the device tool's folder): bench JSON named for figures/data, logs, the ncu CSV.
 set -u
 export PYTHONUNBUFFERED=1
@@ -163,6 +166,23 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
           --rungs scan --recurrences "${SANITIZE_RECS:-delta,gated_delta}" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
         echo "exit status ${PIPESTATUS[0]}"
       done 2>&1 | tee "$out/h200_sanitize_rest.txt";;
+    sanitize_par)
+      # one process per (job, tool): a slow one (r4's many kernels, compiled and then instrumented) no longer
+      # takes the others' time, as in the sequential modes above, which ran out of time in r4
+      jobs=${SANITIZE_JOBS:-recurrent:plain,decay,delta,gated_delta scan:plain scan:decay scan:delta scan:gated_delta}
+      for job in $jobs; do
+        for tool in memcheck racecheck synccheck; do
+          log="$out/san_${job//[:,]/_}_$tool.txt"
+          ( echo "== $tool ${job%%:*} ${job#*:}"
+            timeout "${SANITIZE_TIMEOUT:-480}" compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tools/sanitize.py \
+              --rungs "${job%%:*}" --recurrences "${job#*:}" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
+            echo "exit status ${PIPESTATUS[0]}" ) > "$log" 2>&1 &
+        done
+      done
+      wait
+      cat "$out"/san_*.txt > "$out/h200_sanitize_par_$sha.txt" && rm "$out"/san_*.txt
+      grep -c "exit status 0" "$out/h200_sanitize_par_$sha.txt"
+      grep "exit status [^0]" "$out/h200_sanitize_par_$sha.txt" && rc=1;;
     ncu)
       ncu_rungs ncu recurrent,shared,warp_roles || rc=1;;
     *) echo "unknown mode $m" >&2; rc=2;;

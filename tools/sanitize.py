@@ -43,7 +43,9 @@ def main(argv=None) -> int:
             o_ref, h_ref = reference.chunked(inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],
                                              initial_state=inp["initial_state"], chunk_size=64)
             # r1 stages its tiles two ways (cp.async double buffer, or through registers): both are checked
-            variants = [("scan", {"num_segments": a.segments, "scan": a.scan})] if r == "scan" else (
+            # (r4: tagged with the engine rung its phases 1 and 3 run on: r6 where nvmath-python is installed)
+            variants = [(mod.engine_module(K, V, a.chunk).NAME, {"num_segments": a.segments, "scan": a.scan})] \
+                if r == "scan" else (
                 [("async", {"asy": True}), ("registers", {"asy": False})] if r == "recurrent" else [("", {})])
             for tag, extra in variants:
                 o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32))
@@ -53,7 +55,7 @@ def main(argv=None) -> int:
                 eo, eh = rel_err(o.copy_to_host(), o_ref), rel_err(ht.copy_to_host(), h_ref)
                 ok = eo <= TOL_FP32 and eh <= TOL_FP32
                 bad += not ok
-                print(f"{r:12s} {tag:9s} {rec:12s} output rel err {eo:.1e}  state rel err {eh:.1e}  "
+                print(f"{r:12s} {tag:12s} {rec:12s} output rel err {eo:.1e}  state rel err {eh:.1e}  "
                       f"{'ok' if ok else 'WRONG'}", flush=True)
     return 1 if bad else 0
 
