@@ -3,6 +3,7 @@ disassemble the cubin with ``nvdisasm`` and count the instructions by opcode.
 
     python3 tools/sass.py tensor_cores "state[decay,float32,o=1,h0=0,ht=0" [--threads 512] [--top 20]
                           [--out state.sass] [--around HMMA]
+    python3 tools/sass.py recurrent "async recurrent K=128 g=True beta=True state=False float32" --threads 0
 
 The first argument is a rung name (or "api", "mma"); the second a piece of a label from that rung's
 ``compile_targets()`` (``python -m linattn_numba.compile_check NAME`` lists them); the first matching variant is
@@ -69,7 +70,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rung")
     ap.add_argument("variant", help="a piece of a compile_targets() label")
-    ap.add_argument("--threads", type=int, default=512, help="launch bounds: threads per block")
+    ap.add_argument("--threads", type=int, default=512,
+                    help="launch bounds: threads per block (0: none, as rungs launched without launch bounds, "
+                         "e.g. r1's sequence kernel, are compiled)")
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--out", help="write the whole SASS here")
     ap.add_argument("--around", help="print the loop bodies that hold this opcode (e.g. HMMA)")
@@ -90,7 +93,8 @@ def main(argv=None) -> int:
         print(f"no variant of {args.rung!r} matches {args.variant!r}; the labels are:\n  {labels}", file=sys.stderr)
         return 2
     label, fn, argtypes = targets[0]
-    ptx, _ = cuda.compile_ptx(fn, argtypes, cc=(9, 0), launch_bounds=(args.threads, 1))
+    bounds = {"launch_bounds": (args.threads, 1)} if args.threads else {}
+    ptx, _ = cuda.compile_ptx(fn, argtypes, cc=(9, 0), **bounds)
     cubin, log = compile_check.link(ptx)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
@@ -103,7 +107,10 @@ def main(argv=None) -> int:
     regs = re.findall(r"Used (\d+) registers", log)
     spill = re.findall(r"(\d+) bytes spill stores", log)
     print(f"{label}: {sum(counts.values())} instructions, {regs[-1] if regs else '?'} registers, "
-          f"{spill[-1] if spill else 0} bytes spilled (launch bounds {args.threads})")
+          f"{spill[-1] if spill else 0} bytes spilled (launch bounds {args.threads or 'none'})")
+    # divergence checks: ptxas guards a warp collective it cannot prove converged with BRA.DIV and a WARPSYNC
+    # fallback (r1's module docstring, "Staging", has a case where that cost a quarter of a kernel's time)
+    print(f"  BRA.DIV    {sass.count('BRA.DIV'):6d}  (divergence checks; included in BRA below)")
     for op, n in counts.most_common(args.top):
         print(f"  {op:10s} {n:6d}")
     if args.around:

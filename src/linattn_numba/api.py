@@ -214,8 +214,8 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
 # long-context runs at B1 H2), (additive, delta family). The sequential rungs' cost is one block's walk through
 # the tokens (a block per SM, all blocks in one wave at the standard shape): the call's time / T. The scan's cost
 # is per token-head when its segments fill the GPU: the call's time / (B H T).
-# r1: decay 3.02 ms, gated delta 3.58 ms (figures/data/h200_r1_e27ec8b.json); r3: 2.90 / 5.71 ms; over 8192 tokens
-SEQ_US_PER_TOKEN = {"recurrent": (0.369, 0.437), "shared": (0.35, 0.70),
+# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 2.90 / 5.71 ms; over 8192 tokens
+SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.35, 0.70),
                     # 1.86 ms, split schedule (figures/data/h200_r6_split_c20ff61.json) / 4.33 ms (h200_r6_0374507.json)
                     "tensor_cores": (0.226, 0.529)}
 # r4 with its default engine (r6): 9.69 ms over 2 x 1,048,576 (decay), 10.97 ms over 2 x 262,144 (gated delta)

@@ -37,25 +37,36 @@ Deferred decay
     (``figures/data/probes/h200_r1_5052257.json``); the per-tile scan replaced it.
 
 Staging
-    Two ways to fill a tile, chosen per recurrence (``STAGE_ASYNC``, from the sweep in the bench file
-    ``figures/data/h200_r1_e27ec8b.json``, at the defaults below):
+    Two ways to fill a tile (``STAGE_ASYNC``, per recurrence; the sweep in ``figures/data/h200_r1_ecba0d6.json``
+    picks cp.async for all four):
 
     * through registers: every thread issues its global loads in batches of ``STAGE_BATCH`` into registers,
       then stores them, behind one barrier, and a second barrier before the next tile overwrites it. A tile costs
-      a few memory latencies during which no warp computes.
+      a few memory latencies during which no warp computes. (Warp 0 loads the per-token scalars a tile ahead,
+      so their latency is not one more of them.)
     * ``cp.async`` into a double buffer (``ASYNC``; float32 inputs with 16-byte aligned rows, K and the block's
       columns multiples of 4): right after the barrier that opens tile i, every thread starts its 16-byte
-      copies of tile i + 1 into the other buffer (zero-filled past T, K, V), and warp 0 stages tile i + 1's
-      scalars from registers loaded a tile earlier; ``cp.async.wait_all`` and the next barrier close it. One
-      barrier per tile, no staging latency in the critical path. Two tiles of 32 tokens take 82 KB of dynamic
-      shared memory (opted in above 48 KB; ``_common.launch_dynamic``).
+      copies of tile i + 1 into the other buffer (zero-filled past T, K, V; at the defaults a fixed column per
+      thread, so the unrolled copies differ in their row only), and warp 0 stages tile i + 1's scalars from
+      registers loaded a tile earlier; ``cp.async.wait_all`` and the next barrier close it. One barrier per
+      tile, no staging latency in the critical path. Two tiles of 32 tokens take 82 KB of dynamic shared memory
+      (opted in above 48 KB; ``_common.launch_dynamic``).
 
-    Measured at B4 T8192 H16 K=V=128 (``tune`` records of that file): cp.async staging is faster without a decay
-    (plain 2.15 against 2.73 ms, delta 3.01 against 3.43 ms) and slower with one (decay 3.51 against 3.02 ms,
-    gated delta 3.75 against 3.58 ms). Nsight Compute (``probes/h200_ncu_r1_d1cc1ff.csv``,
-    ``probes/h200_ncu_r1_inst_e27ec8b.txt``) finds the same instruction count both ways and, with a decay, the
-    cp.async kernels stalled on the short scoreboard (shared-memory and shuffle results: 1.25 against 0.37 cycles
-    per issued instruction for decay); why only with a decay is not resolved.
+    A lesson in how the compiler sees warps: the per-token scalars were computed by warp 0 alone, inside ``if
+    tid < 32``, and their log-decay scan shuffles. In the register staging a barrier follows before the token
+    loop; in the cp.async staging nothing did, and ptxas, unable to prove the warps converged again, wrapped
+    every shuffle butterfly of the token loop in a divergence check (``BRA.DIV`` and a ``WARPSYNC`` fallback
+    path in the SASS) and scheduled the butterflies as a block instead of interleaving them with the FFMAs. The
+    cp.async kernels with a decay were then the slow ones (Nsight Compute: the same instruction count as the
+    register staging, but 1.25 short-scoreboard stall cycles per issued instruction against 0.37,
+    ``probes/h200_ncu_r1_inst_e27ec8b.txt``, ``probes/h200_ncu_r1_d1cc1ff.csv``; decay 3.51 ms against 3.02 ms
+    in ``probes/h200_r1_e27ec8b.json``). A ``cuda.syncwarp()`` after the branch removed the checks with the
+    CUDA 13.0 assembler, not with 13.5's (nvJitLink), so now every warp computes the scalars (a load and a
+    32-lane scan per tile) and only warp 0 stores them: no shuffle sits in a branch, and neither assembler
+    puts a check in the loop (``python tools/sass.py recurrent "async recurrent K=128 g=True beta=True"
+    --threads 0`` counts them). Measured at B4 T8192 H16 K=V=128 (``tune`` records of
+    ``h200_r1_ecba0d6.json``, the syncwarp version, defaults): cp.async against registers, plain 1.89 / 2.70
+    ms, decay 2.44 / 2.89, delta 2.57 / 3.43, gated delta 2.72 / 3.49.
 
 Thread map
     grid ``(ceil(V / VB), B * H)`` with ``VB = NW * (32 / NS) * COLS`` columns per block; block ``NW`` warps.
@@ -83,7 +94,7 @@ to 255). 128 for the decode step (its launch bounds ask for 2 blocks per SM). No
 Launch knobs (``forward(..., ns=, cols=, nw=, tc=, sw=, cs=, smb=, vec=, asy=)``; the bench's ``--tune`` sweeps
 them, ``bench.TUNE_CONFIGS`` / ``bench.STEP_CONFIGS``, and its JSON "tune" records are the measurements behind the
 defaults; tuned on the H200 at B4 T8192 H16 K=V=128, the sequence kernel on all four recurrences
-(``figures/data/h200_r1_e27ec8b.json``), the decode step at B256 H16)
+(``figures/data/h200_r1_ecba0d6.json``), the decode step at B256 H16)
 
     ====  =======  ==========================================================================================
     knob  default  why
@@ -98,8 +109,8 @@ defaults; tuned on the H200 at B4 T8192 H16 K=V=128, the sequence kernel on all 
     TC    32       tokens per staged tile (<= 32: per-token scalars come from one warp), both stagings
                    (``TC``, ``TC_ASYNC``). Amortises the barriers, the staging latency and the tile's scalars
                    over more tokens: 16 (cp.async) was 0-3 % slower in the sweep.
-    ASY   per rec  ``STAGE_ASYNC``: cp.async double buffer for plain and delta, registers for decay and gated
-                   delta ("Staging"); used only where the inputs allow 16-byte copies.
+    ASY   per rec  ``STAGE_ASYNC``: the cp.async double buffer, for all four recurrences ("Staging"); used
+                   only where the inputs allow 16-byte copies (registers otherwise).
     SW    8        decode step: warps splitting K (rows per thread RS = K / SW).
     CS    4        decode step: columns per lane (lane, lane + 32, ...): one block covers a whole head at V = 128,
                    and a thread has RS CS = 64 state loads in flight.
@@ -209,11 +220,16 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
     FAST_A = NT % KP4 == 0 and NCK % NT == 0 and NT % (VB // 4) == 0 and NCV % NT == 0
 
     @cuda.jit(device=True, inline="always")
-    def tile_scalars(sm, buf, lane, T, gl, bl, dcarry, scale):
-        """Warp 0: the per-token scalars of one tile into buffer ``buf`` of the scalar part of ``sm`` (rows
-        ``buf TG + j``, and the tile's header row ``buf TG + TC``); lane j brings token j's log-decay ``gl`` and
-        beta ``bl`` (0 and 1 past the sequence). ``dcarry``: the previous tile's deferred decay D, to fold in at
-        this tile's start. Returns this tile's D at its end (1 when the tile is exact)."""
+    def tile_scalars(sm, buf, lane, T, gl, bl, dcarry, scale, store):
+        """Every warp: the per-token scalars of one tile, which warp 0 (``store``) writes into buffer ``buf`` of
+        the scalar part of ``sm`` (rows ``buf TG + j``, and the tile's header row ``buf TG + TC``); lane j brings
+        token j's log-decay ``gl`` and beta ``bl`` (0 and 1 past the sequence). ``dcarry``: the previous tile's
+        deferred decay D, to fold in at this tile's start. Returns this tile's D at its end (1 when the tile is
+        exact).
+
+        Every warp computes them, though only warp 0 stores: the shuffles of the scan then run outside any
+        branch. Inside ``if tid < 32`` they did, and ptxas, unable to prove the warps converged after it, guarded
+        the token loop's shuffle butterflies with divergence checks ("Staging" in the module docstring)."""
         base = GOFF + 4 * buf * TG
         # G_j = sum of the tile's log-decays up to token j: an inclusive scan over the warp's lanes
         G = gl if lane < TC else float32(0.0)
@@ -228,7 +244,7 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
             # deferred within the tile when its whole decay keeps D = exp(G_j) >= DEFER_MIN (1 / D <= 2**20);
             # otherwise (a strong decay) the tile decays the registers token by token
             fast = g_end >= LN_DEFER_MIN
-        if lane < TC:
+        if store and lane < TC:
             if fast:
                 d = float32(math.exp(G))
                 sm[base + 4 * lane + 0] = bl
@@ -242,7 +258,7 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                 sm[base + 4 * lane + 2] = dec
                 sm[base + 4 * lane + 3] = scale
         d_end = float32(math.exp(g_end)) if fast else float32(1.0)
-        if lane == 0:
+        if store and lane == 0:
             sm[base + 4 * TC + 0] = float32(1.0) if fast else float32(0.0)
             sm[base + 4 * TC + 1] = dcarry  # fold the previous tile's D into the registers first
             sm[base + 4 * TC + 2] = d_end
@@ -423,19 +439,17 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
 
         for c in range(COLS):
             accp[c] = float32(0.0)  # no output pending before the first token
-        dcarry = float32(1.0)  # warp 0: the deferred decay D at the end of the last tile it staged
-        # warp 0, lane j: token j of a tile staged ahead -- the next tile's (registers) or the one after the next
-        # (ASYNC) -- loaded a tile early, so no staging waits on the latency of these global loads
-        gl = float32(0.0)
-        bl = float32(1.0)
-        if tid < 32:
-            gl, bl = load_scalars(g, beta, b, h, lane, T)
+        dcarry = float32(1.0)  # the deferred decay D at the end of the last tile staged
+        # lane j: token j of a tile staged ahead -- the next tile's (registers) or the one after the next (ASYNC)
+        # -- loaded a tile early, so no staging waits on the latency of these global loads (every warp loads
+        # them, see tile_scalars; the 8 warps' loads of the same 32 values hit in L1)
+        w0 = tid < 32  # warp 0 stores the scalars
+        gl, bl = load_scalars(g, beta, b, h, lane, T)
         if ASYNC:
             # prologue: tile 0's copies in flight, its scalars staged, tile 1's scalars on their way
             issue_copies(sm, 0, kbh, qbh, vbh, cuda.blockIdx.x, 0, T, tid)
-            if tid < 32:
-                dcarry = tile_scalars(sm, 0, lane, T, gl, bl, dcarry, scale)
-                gl, bl = load_scalars(g, beta, b, h, TC + lane, T)
+            dcarry = tile_scalars(sm, 0, lane, T, gl, bl, dcarry, scale, w0)
+            gl, bl = load_scalars(g, beta, b, h, TC + lane, T)
 
         buf = 0  # the buffer this tile is in (ASYNC: alternates)
         for t0 in range(0, T, TC):
@@ -446,18 +460,13 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                 cuda.syncthreads()
                 if t0 + TC < T:
                     issue_copies(sm, 1 - buf, kbh, qbh, vbh, cuda.blockIdx.x, t0 + TC, T, tid)
-                    if tid < 32:  # the next tile's scalars from registers; the one after that starts loading
-                        dcarry = tile_scalars(sm, 1 - buf, lane, T, gl, bl, dcarry, scale)
-                        gl, bl = load_scalars(g, beta, b, h, t0 + 2 * TC + lane, T)
-                # Warp 0 reconverges here. Without this point ptxas cannot prove that the warps are converged
-                # in the token loop below (tile_scalars shuffles inside a branch, and no barrier follows as in
-                # the register staging), so it guards each shuffle butterfly of the loop with a divergence check
-                # (BRA.DIV) and no longer interleaves the butterflies with the FFMAs ("Staging" above)
-                cuda.syncwarp()
+                    # the next tile's scalars from registers; the one after that starts loading
+                    dcarry = tile_scalars(sm, 1 - buf, lane, T, gl, bl, dcarry, scale, w0)
+                    gl, bl = load_scalars(g, beta, b, h, t0 + 2 * TC + lane, T)
             else:
-                if tid < 32:  # the tile's scalars, loaded a tile ago; the next tile's start loading
-                    dcarry = tile_scalars(sm, 0, lane, T, gl, bl, dcarry, scale)
-                    gl, bl = load_scalars(g, beta, b, h, t0 + TC + lane, T)
+                # the tile's scalars, loaded a tile ago; the next tile's start loading
+                dcarry = tile_scalars(sm, 0, lane, T, gl, bl, dcarry, scale, w0)
+                gl, bl = load_scalars(g, beta, b, h, t0 + TC + lane, T)
                 # Stage TC tokens. Consecutive threads read consecutive addresses. The loads go in batches of
                 # SB per thread into registers, then to shared memory: a batch's loads are independent and issue
                 # back to back, so the block waits for one memory latency per batch, not one per element (a
