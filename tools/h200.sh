@@ -38,6 +38,7 @@
 #     sanitize_par  the three tools on SANITIZE_JOBS (rung:recurrences, space separated; default r1 on all four
 #               recurrences and r4 one recurrence at a time), every (job, tool) its own process, all at once,
 #               each with SANITIZE_TIMEOUT seconds (default 480): one log, h200_sanitize_par_<sha>.txt
+#               (SANITIZE_ARGS: more arguments of tools/sanitize.py, e.g. --engine shared for r4 on r3)
 # Outputs go to $OUT (the device tool's folder): bench JSON named for figures/data, logs, the ncu CSV.
 set -u
 export PYTHONUNBUFFERED=1
@@ -175,7 +176,7 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
           log="$out/san_${job//[:,]/_}_$tool.txt"
           ( echo "== $tool ${job%%:*} ${job#*:}"
             timeout "${SANITIZE_TIMEOUT:-480}" compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tools/sanitize.py \
-              --rungs "${job%%:*}" --recurrences "${job#*:}" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
+              --rungs "${job%%:*}" --recurrences "${job#*:}" ${SANITIZE_ARGS:-} 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
             echo "exit status ${PIPESTATUS[0]}" ) > "$log" 2>&1 &
         done
       done

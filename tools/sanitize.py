@@ -32,6 +32,7 @@ def main(argv=None) -> int:
                    help="r4 scan's segment count (its cost model would pick 1 here; 3 runs all three phases "
                         "and the scan, with a shorter tail segment)")
     p.add_argument("--scan", default="tree", choices=("tree", "chain"), help="r4 scan's phase 2")
+    p.add_argument("--engine", default=None, help="r4 scan's engine rung (default: its DEFAULT_ENGINES choice)")
     a = p.parse_args(argv)
     B, T, H, K, V = (int(x) for x in a.shape.split(","))
     bad = 0
@@ -44,7 +45,8 @@ def main(argv=None) -> int:
                                              initial_state=inp["initial_state"], chunk_size=64)
             # r1 stages its tiles two ways (cp.async double buffer, or through registers): both are checked
             # (r4: tagged with the engine rung its phases 1 and 3 run on: r6 where nvmath-python is installed)
-            variants = [(mod.engine_module(K, V, a.chunk).NAME, {"num_segments": a.segments, "scan": a.scan})] \
+            variants = [(mod.engine_module(K, V, a.chunk, a.engine).NAME,
+                         {"num_segments": a.segments, "scan": a.scan, "engine": a.engine})] \
                 if r == "scan" else (
                 [("async", {"asy": True}), ("registers", {"asy": False})] if r == "recurrent" else [("", {})])
             for tag, extra in variants:

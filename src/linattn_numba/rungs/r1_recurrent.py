@@ -52,21 +52,25 @@ Staging
       tile, no staging latency in the critical path. Two tiles of 32 tokens take 82 KB of dynamic shared memory
       (opted in above 48 KB; ``_common.launch_dynamic``).
 
-    A lesson in how the compiler sees warps: the per-token scalars were computed by warp 0 alone, inside ``if
-    tid < 32``, and their log-decay scan shuffles. In the register staging a barrier follows before the token
-    loop; in the cp.async staging nothing did, and ptxas, unable to prove the warps converged again, wrapped
-    every shuffle butterfly of the token loop in a divergence check (``BRA.DIV`` and a ``WARPSYNC`` fallback
-    path in the SASS) and scheduled the butterflies as a block instead of interleaving them with the FFMAs. The
-    cp.async kernels with a decay were then the slow ones (Nsight Compute: the same instruction count as the
-    register staging, but 1.25 short-scoreboard stall cycles per issued instruction against 0.37,
+    A lesson in how the compiler sees warps: warp 0 computes the per-token scalars inside ``if tid < 32``, and
+    their log-decay scan shuffles. In the register staging a barrier follows before the token loop; in the
+    cp.async staging nothing did, and ptxas, unable to prove the warps converged again, wrapped every shuffle
+    butterfly of the token loop in a divergence check (``BRA.DIV`` and a ``WARPSYNC`` fallback path in the SASS)
+    and scheduled the butterflies as a block instead of interleaving them with the FFMAs. The cp.async kernels
+    with a decay were then the slow ones (Nsight Compute: the same instruction count as the register staging,
+    but 1.25 short-scoreboard stall cycles per issued instruction against 0.37,
     ``probes/h200_ncu_r1_inst_e27ec8b.txt``, ``probes/h200_ncu_r1_d1cc1ff.csv``; decay 3.51 ms against 3.02 ms
-    in ``probes/h200_r1_e27ec8b.json``). A ``cuda.syncwarp()`` after the branch removed the checks with the
-    CUDA 13.0 assembler, not with 13.5's (nvJitLink), so now every warp computes the scalars (a load and a
-    32-lane scan per tile) and only warp 0 stores them: no shuffle sits in a branch, and neither assembler
-    puts a check in the loop (``python tools/sass.py recurrent "async recurrent K=128 g=True beta=True"
-    --threads 0`` counts them). Measured at B4 T8192 H16 K=V=128 (``tune`` records of
-    ``h200_r1_ecba0d6.json``, the syncwarp version, defaults): cp.async against registers, plain 1.89 / 2.70
-    ms, decay 2.44 / 2.89, delta 2.57 / 3.43, gated delta 2.72 / 3.49.
+    in ``probes/h200_r1_e27ec8b.json``). A ``cuda.syncwarp()`` after the branch gives ptxas the convergence
+    point, and the checks leave the loop (``python tools/sass.py recurrent "async recurrent K=128 g=True
+    beta=True" --threads 0`` counts them). That holds for the CUDA 13.0 assembler (and for the toolchain of
+    the H200 runs, as their times show); the 13.5 one (nvJitLink 13.5) still guards two of the loop's
+    butterflies. Letting every warp compute the
+    scalars (no shuffle in a branch at all; only warp 0 stores) satisfies both, but measured slower on the
+    H200 for the delta family, in an A/B of the two versions in one session (``probes/h200_r1_ab_scalars.txt``:
+    gated delta 3.00 against 2.72 ms, delta 2.66 against 2.57, decay 2.30 against 2.44; the token loop is
+    the same length either way, and the cause is not found), so warp 0 keeps the job. Measured at B4 T8192
+    H16 K=V=128 (``tune`` records of ``h200_r1_ecba0d6.json``, defaults): cp.async against registers, plain
+    1.89 / 2.70 ms, decay 2.44 / 2.89, delta 2.57 / 3.43, gated delta 2.72 / 3.49.
 
 Thread map
     grid ``(ceil(V / VB), B * H)`` with ``VB = NW * (32 / NS) * COLS`` columns per block; block ``NW`` warps.
@@ -108,7 +112,8 @@ defaults; tuned on the H200 at B4 T8192 H16 K=V=128, the sequence kernel on all 
                    less per token; 8 warps give 128 blocks, one per SM on 132 SMs.
     TC    32       tokens per staged tile (<= 32: per-token scalars come from one warp), both stagings
                    (``TC``, ``TC_ASYNC``). Amortises the barriers, the staging latency and the tile's scalars
-                   over more tokens: 16 (cp.async) was 0-3 % slower in the sweep.
+                   over more tokens: 16 (cp.async) was slower in total over the four recurrences, though
+                   faster for decay alone (the sweep's records).
     ASY   per rec  ``STAGE_ASYNC``: the cp.async double buffer, for all four recurrences ("Staging"); used
                    only where the inputs allow 16-byte copies (registers otherwise).
     SW    8        decode step: warps splitting K (rows per thread RS = K / SW).
@@ -220,16 +225,11 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
     FAST_A = NT % KP4 == 0 and NCK % NT == 0 and NT % (VB // 4) == 0 and NCV % NT == 0
 
     @cuda.jit(device=True, inline="always")
-    def tile_scalars(sm, buf, lane, T, gl, bl, dcarry, scale, store):
-        """Every warp: the per-token scalars of one tile, which warp 0 (``store``) writes into buffer ``buf`` of
-        the scalar part of ``sm`` (rows ``buf TG + j``, and the tile's header row ``buf TG + TC``); lane j brings
-        token j's log-decay ``gl`` and beta ``bl`` (0 and 1 past the sequence). ``dcarry``: the previous tile's
-        deferred decay D, to fold in at this tile's start. Returns this tile's D at its end (1 when the tile is
-        exact).
-
-        Every warp computes them, though only warp 0 stores: the shuffles of the scan then run outside any
-        branch. Inside ``if tid < 32`` they did, and ptxas, unable to prove the warps converged after it, guarded
-        the token loop's shuffle butterflies with divergence checks ("Staging" in the module docstring)."""
+    def tile_scalars(sm, buf, lane, T, gl, bl, dcarry, scale):
+        """Warp 0: the per-token scalars of one tile into buffer ``buf`` of the scalar part of ``sm`` (rows
+        ``buf TG + j``, and the tile's header row ``buf TG + TC``); lane j brings token j's log-decay ``gl`` and
+        beta ``bl`` (0 and 1 past the sequence). ``dcarry``: the previous tile's deferred decay D, to fold in at
+        this tile's start. Returns this tile's D at its end (1 when the tile is exact)."""
         base = GOFF + 4 * buf * TG
         # G_j = sum of the tile's log-decays up to token j: an inclusive scan over the warp's lanes
         G = gl if lane < TC else float32(0.0)
@@ -244,7 +244,7 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
             # deferred within the tile when its whole decay keeps D = exp(G_j) >= DEFER_MIN (1 / D <= 2**20);
             # otherwise (a strong decay) the tile decays the registers token by token
             fast = g_end >= LN_DEFER_MIN
-        if store and lane < TC:
+        if lane < TC:
             if fast:
                 d = float32(math.exp(G))
                 sm[base + 4 * lane + 0] = bl
@@ -258,7 +258,7 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                 sm[base + 4 * lane + 2] = dec
                 sm[base + 4 * lane + 3] = scale
         d_end = float32(math.exp(g_end)) if fast else float32(1.0)
-        if store and lane == 0:
+        if lane == 0:
             sm[base + 4 * TC + 0] = float32(1.0) if fast else float32(0.0)
             sm[base + 4 * TC + 1] = dcarry  # fold the previous tile's D into the registers first
             sm[base + 4 * TC + 2] = d_end
@@ -439,17 +439,19 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
 
         for c in range(COLS):
             accp[c] = float32(0.0)  # no output pending before the first token
-        dcarry = float32(1.0)  # the deferred decay D at the end of the last tile staged
-        # lane j: token j of a tile staged ahead -- the next tile's (registers) or the one after the next (ASYNC)
-        # -- loaded a tile early, so no staging waits on the latency of these global loads (every warp loads
-        # them, see tile_scalars; the 8 warps' loads of the same 32 values hit in L1)
-        w0 = tid < 32  # warp 0 stores the scalars
-        gl, bl = load_scalars(g, beta, b, h, lane, T)
+        dcarry = float32(1.0)  # warp 0: the deferred decay D at the end of the last tile it staged
+        # warp 0, lane j: token j of a tile staged ahead -- the next tile's (registers) or the one after the next
+        # (ASYNC) -- loaded a tile early, so no staging waits on the latency of these global loads
+        gl = float32(0.0)
+        bl = float32(1.0)
+        if tid < 32:
+            gl, bl = load_scalars(g, beta, b, h, lane, T)
         if ASYNC:
             # prologue: tile 0's copies in flight, its scalars staged, tile 1's scalars on their way
             issue_copies(sm, 0, kbh, qbh, vbh, cuda.blockIdx.x, 0, T, tid)
-            dcarry = tile_scalars(sm, 0, lane, T, gl, bl, dcarry, scale, w0)
-            gl, bl = load_scalars(g, beta, b, h, TC + lane, T)
+            if tid < 32:
+                dcarry = tile_scalars(sm, 0, lane, T, gl, bl, dcarry, scale)
+                gl, bl = load_scalars(g, beta, b, h, TC + lane, T)
 
         buf = 0  # the buffer this tile is in (ASYNC: alternates)
         for t0 in range(0, T, TC):
@@ -460,13 +462,18 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
                 cuda.syncthreads()
                 if t0 + TC < T:
                     issue_copies(sm, 1 - buf, kbh, qbh, vbh, cuda.blockIdx.x, t0 + TC, T, tid)
-                    # the next tile's scalars from registers; the one after that starts loading
-                    dcarry = tile_scalars(sm, 1 - buf, lane, T, gl, bl, dcarry, scale, w0)
-                    gl, bl = load_scalars(g, beta, b, h, t0 + 2 * TC + lane, T)
+                    if tid < 32:  # the next tile's scalars from registers; the one after that starts loading
+                        dcarry = tile_scalars(sm, 1 - buf, lane, T, gl, bl, dcarry, scale)
+                        gl, bl = load_scalars(g, beta, b, h, t0 + 2 * TC + lane, T)
+                # Warp 0 reconverges here. Without this point ptxas cannot prove that the warps are converged
+                # in the token loop below (tile_scalars shuffles inside a branch, and no barrier follows as in
+                # the register staging), so it guards each shuffle butterfly of the loop with a divergence check
+                # (BRA.DIV) and no longer interleaves the butterflies with the FFMAs ("Staging" above)
+                cuda.syncwarp()
             else:
-                # the tile's scalars, loaded a tile ago; the next tile's start loading
-                dcarry = tile_scalars(sm, 0, lane, T, gl, bl, dcarry, scale, w0)
-                gl, bl = load_scalars(g, beta, b, h, t0 + TC + lane, T)
+                if tid < 32:  # the tile's scalars, loaded a tile ago; the next tile's start loading
+                    dcarry = tile_scalars(sm, 0, lane, T, gl, bl, dcarry, scale)
+                    gl, bl = load_scalars(g, beta, b, h, t0 + TC + lane, T)
                 # Stage TC tokens. Consecutive threads read consecutive addresses. The loads go in batches of
                 # SB per thread into registers, then to shared memory: a batch's loads are independent and issue
                 # back to back, so the block waits for one memory latency per batch, not one per element (a
