@@ -134,9 +134,10 @@ The decode ``step``
     one address per row). The step is a copy of the state plus arithmetic, and its roofline
     the copy bandwidth; what it reaches is limited by how many bytes each SM has in flight between the phases
     (load, barrier, reduce, barrier, store) of its one or two resident blocks. Measured (H200, B256 H16 K=V=128,
-    gated delta, ``figures/data/h200_step_7e7dfc7.json``, copy bandwidth re-measured in the same run): the
-    128-bit kernel 0.140 ms, 90% of the copy bandwidth; the scalar kernel 0.192 ms (65%); fla's
-    ``fused_recurrent_gated_delta_rule`` step 0.1875 ms (67%). Its "tune" records are the launch sweep behind
+    gated delta, ``figures/data/h200_step_416ea91.json``, copy bandwidth re-measured in the same run): the
+    128-bit kernel 0.140 ms, 90% of the copy bandwidth; the scalar kernel 0.193 ms (65%); fla's
+    ``fused_recurrent_gated_delta_rule`` step 0.1865 ms (67%). (The first run of this kernel,
+    ``probes/h200_step_7e7dfc7.json``, measured the same.) Its "tune" records are the launch sweep behind
     SW = 8, SMB = 2 (3 blocks per SM, or 16 warps per block, were slower).
 
 What the next rung changes

@@ -145,11 +145,10 @@ project's float32 tolerance. The delta family's M_i = prod (I - beta k k^T) gamm
 beta in [0, 1] and unit-norm keys, so products of them do not grow.
 
 Sanitizers (H200, ``tools/sanitize.py`` at B2 T300 H2 K64 V80, C = 64, 3 segments with a shorter tail, the tree
-scan): with r6 as the engine, memcheck, racecheck and synccheck report nothing for the four recurrences, each
-(recurrence, tool) in a process of its own (``h200.sh sanitize_par``,
-``figures/data/h200_sanitize_par_09d0776.txt``); with r3 as the engine (no nvmath-python), the earlier logs
-``h200_sanitize_r3_r4_f4706bd.txt``, ``h200_sanitize_r4_e7fbd7a.txt`` and ``h200_sanitize_r4_r5_7e7dfc7.txt``
-cover every recurrence under every tool but were cut by their time limit before the tools' summaries.
+scan): memcheck, racecheck and synccheck report nothing for the four recurrences, with r6 as the engine (the
+default: ``figures/data/h200_sanitize_par_09d0776.txt``) and with r3 (``engine="shared"``:
+``h200_sanitize_par_r4_r3engine_416ea91.txt``), each (recurrence, tool) in a process of its own
+(``h200.sh sanitize_par``). The earlier sequential runs (``h200_sanitize_r4_*.txt``) ran out of time in r4.
 """
 
 from __future__ import annotations
