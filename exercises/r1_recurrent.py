@@ -133,11 +133,14 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
         pass
 
     @cuda.jit(device=True, inline="always")
-    def issue_copies(sm, buf, k, q, v, b, h, x, t0, T, tid):
-        """Part 4, ASYNC: start the 16-byte ``cp_async16`` copies of the tile at ``t0`` (k, q rows and block ``x``'s
-        VB columns of v) into token rows ``buf * TC ..`` of the tiles in ``sm``, zero-filled (``nbytes`` 0) past
-        the sequence, past K and past V. Nothing waits for them here: ``cp_async_wait_all`` and a barrier do, a
-        tile later."""
+    def issue_copies(sm, buf, kbh, qbh, vbh, x, t0, T, tid):
+        """Part 4, ASYNC: start the 16-byte ``cp_async16`` copies of the tile at ``t0`` from this head's ``[T, K]``
+        views ``kbh``, ``qbh`` (k, q rows) and ``[T, V]`` view ``vbh`` (block ``x``'s VB columns) into token rows
+        ``buf * TC ..`` of the tiles in ``sm``, zero-filled (``nbytes`` 0) past the sequence, past K and past V.
+        Nothing waits for them here: ``cp_async_wait_all`` and a barrier do, a tile later. Careful with warp 0's
+        ``tile_scalars`` (it shuffles inside ``if tid < 32``): give ptxas a convergence point after that branch
+        (``cuda.syncwarp()``), or it guards every shuffle of the token loop with a divergence check (the rung's
+        docstring, "Staging")."""
         pass
 
     def make_tile_loop(DEFERRED: bool):
@@ -232,7 +235,7 @@ def _kernel(RC: int, COLS: int, NW: int, HAS_G: bool, HAS_BETA: bool, HAS_H0: bo
         #   per token, nothing else from global memory. Shared memory per token: a lane loads its R values of k
         #   and of q (RC 16-byte loads each) and COLS of v; each k value feeds 2 COLS FMAs (k . S and the update),
         #   each q value COLS. Registers: at K = 128 and the defaults S is R * COLS = 32 floats; the package's rung
-        #   needs 109-192 registers a thread and no local memory (`linattn-numba compile-check recurrent` checks it).
+        #   needs 126-200 registers a thread and no local memory (`linattn-numba compile-check recurrent` checks it).
         pass
 
     return recurrent_kernel

@@ -89,7 +89,7 @@ Cost per token (per head)
     two warps per scheduler, each waiting on its shuffle butterflies and shared loads (``tools/ncu_rungs.py``
     under ncu shows the issue rate and stall reasons), not by memory.
 
-Registers (ptxas -v, sm_90, float32 inputs, K = 128, defaults): 109-192 for the sequence kernel, by recurrence,
+Registers (ptxas -v, sm_90, float32 inputs, K = 128, defaults): 126-200 for the sequence kernel, by recurrence,
 staging and state buffers (``linattn-numba compile-check --assemble recurrent`` prints each) -- the 32 state
 values, k and q for one token, a staging batch and its addresses (the one block of 256 threads per SM fits at up
 to 255). 128 for the decode step (its launch bounds ask for 2 blocks per SM). No variant uses local memory
