@@ -44,7 +44,7 @@ def main(argv=None) -> int:
             o_ref, h_ref = reference.chunked(inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],
                                              initial_state=inp["initial_state"], chunk_size=64)
             # r1 stages its tiles two ways (cp.async double buffer, or through registers): both are checked
-            # (r4: tagged with the engine rung its phases 1 and 3 run on: r6 where nvmath-python is installed)
+            # (r4: tagged with the engine rung its phases 1 and 3 run on: r6 unless --engine names another)
             variants = [(mod.engine_module(K, V, a.chunk, a.engine).NAME,
                          {"num_segments": a.segments, "scan": a.scan, "engine": a.engine})] \
                 if r == "scan" else (

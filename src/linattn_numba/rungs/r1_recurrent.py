@@ -64,13 +64,13 @@ Staging
     point, and the checks leave the loop (``python tools/sass.py recurrent "async recurrent K=128 g=True
     beta=True" --threads 0`` counts them). That holds for the CUDA 13.0 assembler (and for the toolchain of
     the H200 runs, as their times show); the 13.5 one (nvJitLink 13.5) still guards two of the loop's
-    butterflies. Letting every warp compute the
-    scalars (no shuffle in a branch at all; only warp 0 stores) satisfies both, but measured slower on the
-    H200 for the delta family, in an A/B of the two versions in one session (``probes/h200_r1_ab_scalars.txt``:
-    gated delta 3.00 against 2.72 ms, delta 2.66 against 2.57, decay 2.30 against 2.44; the token loop is
-    the same length either way, and the cause is not found), so warp 0 keeps the job. Measured at B4 T8192
-    H16 K=V=128 (``tune`` records of ``h200_r1_ecba0d6.json``, defaults): cp.async against registers, plain
-    1.89 / 2.70 ms, decay 2.44 / 2.89, delta 2.57 / 3.43, gated delta 2.72 / 3.49.
+    butterflies. Letting every warp compute the scalars (no shuffle in a branch at all; only warp 0 stores)
+    satisfies both, but measured slower on the H200 for the delta family, in an A/B of the two versions in one
+    session (``probes/h200_r1_ab_scalars.txt``: gated delta 3.00 against 2.72 ms, delta 2.66 against 2.57,
+    decay 2.30 against 2.44; the token loop is the same length either way, and the cause is not found), so
+    warp 0 keeps the job. Measured at B4 T8192 H16 K=V=128 (``tune`` records of ``h200_r1_ecba0d6.json``,
+    defaults): cp.async against registers, plain 1.89 / 2.70 ms, decay 2.44 / 2.89, delta 2.57 / 3.43, gated
+    delta 2.72 / 3.49.
 
 Thread map
     grid ``(ceil(V / VB), B * H)`` with ``VB = NW * (32 / NS) * COLS`` columns per block; block ``NW`` warps.
