@@ -107,6 +107,31 @@ def test_matches_recurrent(recurrence, shape, ns, scan, with_h0, with_ht, engine
     check(inp, with_h0, with_ht, num_segments=ns, scan=scan, engine=engine)
 
 
+@pytest.mark.parametrize("recurrence", RECS)
+@pytest.mark.parametrize("phase3", ["recurrent", "engine"])
+def test_phase3_rung(recurrence, phase3):
+    """Phase 3 on another rung than the engine (r1 ``recurrent``: outputs from the segments' start states) or on
+    the engine, asked for by name, with unequal segments and a tail (T = 37, 5 segments), K != V."""
+    inp = make_inputs(1, 37, 2, 8, 12, recurrence, initial_state=True, seed=31)
+    check(inp, num_segments=5, phase3=phase3)
+
+
+def test_phase3_default_and_fallback(monkeypatch):
+    """PHASE3 picks phase 3's rung per family; a default that does not fit K falls back to the engine, a rung asked
+    for by name that does not fit is an error."""
+    from linattn_numba.rungs import r1_recurrent as r1
+
+    eng = r4.engine_module(8, 8, 16)
+    monkeypatch.setattr(r4, "PHASE3", {False: None, True: "recurrent"})
+    assert r4.phase3_module(8, 8, 16, True, eng) is r1
+    assert r4.phase3_module(8, 8, 16, False, eng) is eng
+    assert r4.phase3_module(r1.MAX_K + 8, 8, 16, True, eng) is eng
+    with pytest.raises(ValueError, match="does not support K"):
+        r4.phase3_module(r1.MAX_K + 8, 8, 16, True, eng, "recurrent")
+    with pytest.raises(ValueError, match="phase3"):
+        r4.phase3_module(8, 8, 16, True, eng, "naive")
+
+
 def test_plan_segments():
     """Segment lengths: chunk-aligned when that keeps the count; a shorter tail; never more segments than tokens."""
     assert r4.plan_segments(32, 16, 2) == (2, 16)
@@ -377,3 +402,6 @@ def test_gpu_tree_and_chain_match_the_oracle(recurrence, B, T, ns):
     for scan in ("tree", "chain"):
         o, ht = run(inp, C=64, num_segments=ns, scan=scan)
         assert rel_err(o, o_ref) <= 1e-4 and rel_err(ht, h_ref) <= 1e-4, scan
+    for phase3 in ("recurrent", "engine"):  # phase 3 on r1 (its cp.async staging on merged segment views)
+        o, ht = run(inp, C=64, num_segments=ns, phase3=phase3)
+        assert rel_err(o, o_ref) <= 1e-4 and rel_err(ht, h_ref) <= 1e-4, phase3

@@ -2,7 +2,8 @@
 shapes of issue 4, beside fla's chunk kernel, every r4 run checked against the float64 oracle on two heads first.
 
     python3 tools/r4_engine_probe.py [--shape B,T,H,K,V:recurrence ...] [--engines shared,tensor_cores]
-                                     [--ns-factors 1,0.5,2] [--no-peers] [--out r4_engines.json]
+                                     [--ns-factors 1,0.5,2] [--phase3 engine,recurrent] [--no-peers]
+                                     [--out r4_engines.json]
 
 Default shapes: decay at B1 T1048576 H2 K=V=128 and gated delta at B1 T262144 H2 K=V=128. The segment count is
 r4's own choice (its cost model, measured with r2 / r3 as the engine) times each of ``--ns-factors`` (default 1:
@@ -29,6 +30,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", action="append", help="B,T,H,K,V:recurrence (repeatable)")
     ap.add_argument("--engines", default="shared,tensor_cores")
     ap.add_argument("--ns-factors", default="1", help="segment counts to time: the model's choice times these")
+    ap.add_argument("--phase3", default="engine",
+                    help="phase 3's rungs to time with each engine (r4's PHASE3_RUNGS, or 'engine')")
     ap.add_argument("--no-peers", action="store_true", help="skip fla")
     ap.add_argument("--out", default="r4_engines.json")
     args = ap.parse_args(argv)
@@ -69,27 +72,29 @@ def main(argv=None) -> int:
         flops = bench.counted_flops(rec, B, T, H, K, V)
         oracle = {}  # the float64 oracle's results on the two checked heads, computed once per shape
         factors = [float(f) for f in args.ns_factors.split(",")]
-        for eng in engines:
-            for factor in factors:
-                nsf = max(1, round(ns * factor))
-                row = {"key": f"scan[{eng}]", "engine": eng, **tag, "num_segments": nsf,
-                       "model_num_segments": ns}
-                try:
-                    def fn(eng=eng, nsf=nsf):
-                        r4.forward(*fargs, o, None, ht, K**-0.5, 64, engine=eng, num_segments=nsf)
+        # one record per engine, phase-3 rung and segment count
+        for eng, p3, factor in [(e, p, f) for e in engines for p in args.phase3.split(",") for f in factors]:
+            nsf = max(1, round(ns * factor))
+            key = f"scan[{eng}]" if p3 == "engine" else f"scan[{eng}, phase 3 {p3}]"
+            row = {"key": key, "engine": eng, "phase3": p3, **tag, "num_segments": nsf,
+                   "model_num_segments": ns}
+            try:
+                def fn(eng=eng, nsf=nsf, p3=p3):
+                    r4.forward(*fargs, o, None, ht, K**-0.5, 64, engine=eng, num_segments=nsf, phase3=p3)
 
-                    fn()
-                    cuda.synchronize()
-                    row["rel_err"] = bench.check_heads(o.copy_to_host(), ht.copy_to_host(), inp,
-                                                       [(0, 0), (B - 1, H - 1)], host_args, cache=oracle)
-                    if not row["rel_err"] <= 1e-4:
-                        raise AssertionError(f"relative error {row['rel_err']:.2e} against the oracle")
-                    row.update(timer.time(fn))
-                    row["tflops"] = flops / row["median_ms"] / 1e9
-                    row["tokens_per_s"] = B * T * H / (row["median_ms"] / 1e3)
-                except Exception as e:  # noqa: BLE001 - record and go on to the next engine
-                    row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-                log(row)
+                fn()
+                cuda.synchronize()
+                row["rel_err"] = bench.check_heads(o.copy_to_host(), ht.copy_to_host(), inp,
+                                                   [(0, 0), (B - 1, H - 1)], host_args, cache=oracle)
+                if not row["rel_err"] <= 1e-4:
+                    raise AssertionError(f"relative error {row['rel_err']:.2e} against the oracle")
+                row.update(timer.time(fn))
+                row["tflops"] = flops / row["median_ms"] / 1e9
+                row["tokens_per_s"] = B * T * H / (row["median_ms"] / 1e3)
+            except Exception as e:  # noqa: BLE001 - record and go on to the next engine
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+            log(row)
+        for eng in engines:
             # phases 1 and 2 alone (o=None: only ht), at the model's segment count: the rest of the total is phase 3
             row = {"key": f"scan[{eng}] state only", "engine": eng, **tag}
             try:

@@ -174,6 +174,11 @@ ENGINES = ("shared", "chunked", "tensor_cores")  # the rungs r4 can run its phas
 # so r2 ``chunked`` is the last resort
 DEFAULT_ENGINES = ("tensor_cores", "shared", "chunked")
 ENGINE = None  # an override of the default engine (a name from ENGINES), like NUM_SEGMENTS and SCAN below
+# Phase 3 computes outputs from known start states: any rung can, r1 ``recurrent`` too (it walks tokens, so it can
+# not serve phase 1's V + K columns cheaply, but phase 3 is an ordinary forward with h0). The rung phase 3 runs
+# on per family (False: additive, True: delta family); None: the engine itself.
+PHASE3_RUNGS = ("recurrent",) + ENGINES
+PHASE3 = {False: None, True: None}
 
 # Overrides of the cost model, for tests and experiments: None lets the model choose.
 NUM_SEGMENTS = None
@@ -611,6 +616,28 @@ def engine_module(K, V, chunk_size, name=None):
     raise ValueError(f"rung {NAME!r}: no engine among {candidates} supports K={K}, V={V}, chunk_size={chunk_size}")
 
 
+def phase3_module(K, V, chunk_size, delta, eng, name=None):
+    """The rung of phase 3: ``name`` (a rung of :data:`PHASE3_RUNGS`, or "engine" for ``eng``), else
+    :data:`PHASE3` for the family (``delta``), falling back to the engine ``eng`` where the default does not fit
+    K, V, C (a rung asked for by name must fit)."""
+    from . import RUNGS, module
+
+    asked = name is not None
+    name = PHASE3[bool(delta)] if name is None else name
+    if name is None or name == "engine" or name == eng.NAME:
+        return eng
+    if name not in PHASE3_RUNGS or name not in RUNGS:
+        raise ValueError(f"rung {NAME!r}: phase3 must be one of {PHASE3_RUNGS} or 'engine', got {name!r}")
+    mod = module(name)
+    sizes = getattr(mod, "CHUNK_SIZES", None)
+    if (mod.MAX_K or K) >= K and (mod.MAX_V or V) >= V and (sizes is None or chunk_size in sizes):
+        return mod
+    if asked:
+        raise ValueError(f"rung {NAME!r}: phase3 rung {name!r} does not support K={K}, V={V}, "
+                         f"chunk_size={chunk_size}")
+    return eng
+
+
 @functools.lru_cache(maxsize=None)
 def _sm_count() -> int:
     if sim.active():
@@ -719,12 +746,14 @@ def _scan(p, m, h0, x, ht, kind, delta, has_g, stream):
 
 
 def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_segments=None, scan=None,
-            engine=None):
+            engine=None, phase3=None):
     """Launch the three phases of the module docstring (the rung contract: :mod:`linattn_numba.rungs`).
 
     Keyword extensions: ``num_segments`` (default :data:`NUM_SEGMENTS`, else :func:`choose_num_segments`),
     ``scan`` ("tree" / "chain"; default :data:`SCAN`, else :func:`choose_scan`), ``engine`` (a rung name from
-    :data:`ENGINES`; default :data:`ENGINE`, else the first registered of :data:`DEFAULT_ENGINES` that fits).
+    :data:`ENGINES`; default :data:`ENGINE`, else the first registered of :data:`DEFAULT_ENGINES` that fits),
+    ``phase3`` (the rung of phase 3, from :data:`PHASE3_RUNGS`, or "engine"; default :data:`PHASE3` for the
+    recurrence's family, the engine where that rung does not fit K, V).
     ``o=None`` computes only ``ht`` (phase 3 is skipped). With one segment this is the engine's ``forward``.
     ``h0`` and ``ht`` may be the same array.
     """
@@ -743,6 +772,7 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
         raise ValueError(f"rung {NAME!r}: num_segments must be a positive integer, got {num_segments!r}")
     C = int(chunk_size)
     eng = engine_module(K, V, C, engine)
+    eng3 = phase3_module(K, V, C, beta is not None, eng, phase3)
     if num_segments is None:
         num_segments = choose_num_segments(B, T, H, K, V, C, beta is not None)
     NS, L = plan_segments(T, C, num_segments)
@@ -780,10 +810,10 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
 
     # phase 3: every segment's outputs from its true start state
     if o is not None:
-        def phase3(qs, ks, vs, gs, bs, os_, xs):
-            eng.forward(qs, ks, vs, gs, bs, os_, xs, None, scale, C, stream)
+        def run3(qs, ks, vs, gs, bs, os_, xs):
+            eng3.forward(qs, ks, vs, gs, bs, os_, xs, None, scale, C, stream)
 
-        _run_segments(phase3, B, T, L, [q, k, v, g, beta, o], [x])
+        _run_segments(run3, B, T, L, [q, k, v, g, beta, o], [x])
 
 
 def compile_targets():
