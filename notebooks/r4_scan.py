@@ -58,6 +58,7 @@ print("rung", r4.NAME, "| engines", r4.ENGINES, "| default, in order of preferen
       "| scans", r4.SCAN_KINDS)
 print("default engine at K = V = 128, chunk 64:", r4.engine_module(128, 128, 64).NAME,
       "| at chunk 128 (not one of r3's sizes):", r4.engine_module(128, 128, 128).NAME)
+print("phase 3's rung (additive, delta family; None: the engine):", r4.PHASE3[False], ",", r4.PHASE3[True])
 
 DOC = r4.__doc__
 
@@ -145,7 +146,9 @@ print(f"the delta rule's M is a contraction: spectral norms {np.linalg.norm(M0, 
 # Why `[v | 0]` from `[0 | I]` gives `M`: the columns of the state evolve independently (each is updated with the
 # same `k_t, β_t, γ_t` and its own value column), so the `K` extra columns, started at the identity and fed zero
 # values, end at `M · I = M`. r4's phase 1 is therefore *the engine rung itself*, run in its state-only mode on
-# `V + K` value columns -- `M` is never built token by token. The docstring's summary:
+# `V + K` value columns -- `M` is never built token by token. Phase 3 needs no `M` at all: it is an ordinary
+# forward from known start states, so any rung can run it; by default r4 hands it to r1 `recurrent` (`r4.PHASE3`,
+# printed at the top; "Phase 3 on r1" in the module docstring has the measurement). The docstring's summary:
 
 # %%
 show_doc(doc_between("What changed and why", "The three phases::"))

@@ -218,9 +218,9 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
 SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.35, 0.70),
                     # 1.86 ms, split schedule (figures/data/h200_r6_split_c20ff61.json) / 4.33 ms (h200_r6_0374507.json)
                     "tensor_cores": (0.226, 0.529)}
-# r4 with its default engine (r6): 9.69 ms over 2 x 1,048,576 (decay), 10.97 ms over 2 x 262,144 (gated delta)
-# (figures/data/probes/h200_r4_engines_6e81e14.json)
-SCAN_NS_PER_TOKEN_HEAD = (4.62, 20.9)
+# r4 with its default engine (r6) and phase 3 on r1: 9.42 ms over 2 x 1,048,576 (decay), 9.36 ms over 2 x 262,144
+# (gated delta) (figures/data/probes/h200_r4_phase3_4f30af1.json)
+SCAN_NS_PER_TOKEN_HEAD = (4.49, 17.85)
 SCAN_MARGIN = 0.8  # the scan must be estimated at least this much faster (the model has two points per family)
 
 

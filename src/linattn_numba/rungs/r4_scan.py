@@ -8,16 +8,17 @@ What changed and why
     sequence acts on its start state as an affine map ``S -> M S + S_local``, and affine maps compose
     associatively. r4 therefore splits the sequence into NS segments of L tokens, computes every segment's
     map in parallel, combines the maps in a scan, and runs every segment again from its true start state.
-    Phases 1 and 3 are the "engine" rung's own ``forward`` on segment views (rung ``tensor_cores`` when it is
-    registered and fits, else ``shared``, else ``chunked``; any of :data:`ENGINES` when asked for): r4 adds only
-    the scan's kernels and the bookkeeping.
+    Phase 1 is the "engine" rung's own ``forward`` on segment views (rung ``tensor_cores`` when it is
+    registered and fits, else ``shared``, else ``chunked``; any of :data:`ENGINES` when asked for), and phase 3
+    another rung's or the engine's (:data:`PHASE3`: r1 ``recurrent`` by default, "Phase 3 on r1" below): r4
+    adds only the scan's kernels and the bookkeeping.
 
 The three phases::
 
     tokens   |----- seg 0 -----|----- seg 1 -----|----- seg 2 -----|-- tail --|
     phase 1  (M0, S0+M0 h0)    (M1, S1)          (M2, S2)          (M3, S3)      engine, state only, all at once
     phase 2  X0 = h0  ->  X1 = M0 h0 + S0  ->  X2 = M1 X1 + S1  ->  X3  ->  ht  tree scan (or chain) of the maps
-    phase 3  o[seg 0] from X0  o[seg 1] from X1  o[seg 2] from X2   o[tail] from X3    engine, all at once
+    phase 3  o[seg 0] from X0  o[seg 1] from X1  o[seg 2] from X2   o[tail] from X3    r1 (or engine), all at once
 
     phase 1  each segment's local final state S_i (from a zero start) and its transition M_i:
              additive family (plain, decay): M_i = exp(sum of g over the segment), a scalar (1 for plain);
@@ -32,7 +33,7 @@ The three phases::
              level (d = 1, 2, 4, ...: element i >= d becomes P_i o P_{i-d}, ping-pong buffers), then a copy
              shifts the inclusive results by one segment into X; ``chain``: X_{i+1} = M_i X_i + S_i in one
              launch, one sequential step per segment. ht is the last composition.
-    phase 3  every segment recomputes its outputs with the engine from X_i (o written in full).
+    phase 3  every segment recomputes its outputs from X_i (o written in full), with r1 or the engine.
 
 Segment views: q [B, T, H, K] is viewed as [B * n, L, H, K] (n equal segments per sequence) with explicit
 strides, no copy, when the batch stride allows merging (B = 1, or stride_B = n L stride_T); unequal lengths are
@@ -139,6 +140,17 @@ intra kernel and the state pass on V + K columns). Hence r6 ``tensor_cores`` lea
 over fla of issue 4 is not reached: it needs r6's additive output kernel and the delta family's intra kernel (each
 slower than fla's whole forward at the standard shape) to get faster.
 
+Phase 3 on r1. Phase 3 needs no transition and no V + K columns: it is an ordinary forward from known start
+states, and r1 ``recurrent`` does it at its own rate, 0.30-0.33 us per token and block at the standard shape
+(128 blocks, one per SM), while r6's phase 3 above took ~6.9 ms (decay) and ~4.4 ms (gated delta). With the
+model's segment counts r1 runs B H NS ceil(V / 64) blocks of up to L tokens (528 blocks of 8,000 tokens for
+decay, about 4 per SM; 264 of 4,032 for gated delta). Measured (H200, the same shapes, oracle-checked on two heads, fla in the same process,
+``figures/data/probes/h200_r4_phase3_4f30af1.json``): decay 9.42 ms against 9.75 ms with r6's phase 3 and
+fla's 10.53 ms; gated delta 9.36 ms against 10.98 ms and fla's 14.14 ms (1.51x). Phases 1 and 2 alone took
+2.78 and 6.58 ms, so phase 3 on r1 is ~6.6 and ~2.8 ms. Hence :data:`PHASE3` is r1 for both families; the 2x
+over fla is still not reached, and for the delta family phase 1 (r6's WY intra kernel and its state pass on
+V + K columns) is now two thirds of the time.
+
 Numerics: everything float32. The affine maps are exact algebra (no approximation); the only difference from
 a single pass is the order of float32 sums (the scan composes products of up to NS maps), well inside the
 project's float32 tolerance. The delta family's M_i = prod (I - beta k k^T) gamma is a contraction for
@@ -174,11 +186,13 @@ ENGINES = ("shared", "chunked", "tensor_cores")  # the rungs r4 can run its phas
 # so r2 ``chunked`` is the last resort
 DEFAULT_ENGINES = ("tensor_cores", "shared", "chunked")
 ENGINE = None  # an override of the default engine (a name from ENGINES), like NUM_SEGMENTS and SCAN below
-# Phase 3 computes outputs from known start states: any rung can, r1 ``recurrent`` too (it walks tokens, so it can
+# Phase 3 computes outputs from known start states: any rung can, r1 ``recurrent`` too (it walks tokens, so it does
 # not serve phase 1's V + K columns cheaply, but phase 3 is an ordinary forward with h0). The rung phase 3 runs
-# on per family (False: additive, True: delta family); None: the engine itself.
+# on per family (False: additive, True: delta family); None: the engine itself. r1 for both: at the long-context
+# shapes it beat r6's phase 3 (decay 9.42 against 9.75 ms in total, gated delta 9.36 against 10.98 ms:
+# figures/data/probes/h200_r4_phase3_4f30af1.json); it falls back to the engine above K = 128.
 PHASE3_RUNGS = ("recurrent",) + ENGINES
-PHASE3 = {False: None, True: None}
+PHASE3 = {False: "recurrent", True: "recurrent"}
 
 # Overrides of the cost model, for tests and experiments: None lets the model choose.
 NUM_SEGMENTS = None
