@@ -2,14 +2,15 @@
 shapes of issue 4, beside fla's chunk kernel, every r4 run checked against the float64 oracle on two heads first.
 
     python3 tools/r4_engine_probe.py [--shape B,T,H,K,V:recurrence ...] [--engines shared,tensor_cores]
-                                     [--ns-factors 1,0.5,2] [--phase3 engine,recurrent] [--no-peers]
+                                     [--ns-factors 1,0.5,2] [--phase3 default,engine] [--no-peers]
                                      [--out r4_engines.json]
 
 Default shapes: decay at B1 T1048576 H2 K=V=128 and gated delta at B1 T262144 H2 K=V=128. The segment count is
 r4's own choice (its cost model, measured with r2 / r3 as the engine) times each of ``--ns-factors`` (default 1:
 the model's choice alone); the JSON records it. Each record also has ``host_launch_us``, the host's time to
 enqueue one forward; a "state only" record per engine times phases 1 and 2 alone (``o=None``), at the model's count. Writes the JSON after
-every record (a run cut short keeps what it measured); it is a probe file (figures/data/probes/), not a bench
+every record (a run cut short keeps what it measured). ``--phase3`` times phase 3 on each of the named rungs (r4's
+``phase3`` argument; "engine" is the engine itself, "default" r4's ``PHASE3``). It is a probe file (figures/data/probes/), not a bench
 file: ``linattn-numba figures`` draws r4 from the bench's ``scan`` records, which use the default engine.
 """
 
@@ -30,8 +31,9 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", action="append", help="B,T,H,K,V:recurrence (repeatable)")
     ap.add_argument("--engines", default="shared,tensor_cores")
     ap.add_argument("--ns-factors", default="1", help="segment counts to time: the model's choice times these")
-    ap.add_argument("--phase3", default="engine",
-                    help="phase 3's rungs to time with each engine (r4's PHASE3_RUNGS, or 'engine')")
+    ap.add_argument("--phase3", default="default",
+                    help="phase 3's rungs to time with each engine (r4's PHASE3_RUNGS, 'engine', or 'default': "
+                         "r4's PHASE3)")
     ap.add_argument("--no-peers", action="store_true", help="skip fla")
     ap.add_argument("--out", default="r4_engines.json")
     args = ap.parse_args(argv)
@@ -75,12 +77,13 @@ def main(argv=None) -> int:
         # one record per engine, phase-3 rung and segment count
         for eng, p3, factor in [(e, p, f) for e in engines for p in args.phase3.split(",") for f in factors]:
             nsf = max(1, round(ns * factor))
-            key = f"scan[{eng}]" if p3 == "engine" else f"scan[{eng}, phase 3 {p3}]"
+            key = f"scan[{eng}]" if p3 == "default" else f"scan[{eng}, phase 3 {p3}]"
             row = {"key": key, "engine": eng, "phase3": p3, **tag, "num_segments": nsf,
                    "model_num_segments": ns}
             try:
                 def fn(eng=eng, nsf=nsf, p3=p3):
-                    r4.forward(*fargs, o, None, ht, K**-0.5, 64, engine=eng, num_segments=nsf, phase3=p3)
+                    r4.forward(*fargs, o, None, ht, K**-0.5, 64, engine=eng, num_segments=nsf,
+                               phase3=None if p3 == "default" else p3)
 
                 fn()
                 cuda.synchronize()

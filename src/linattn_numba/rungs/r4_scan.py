@@ -140,16 +140,16 @@ intra kernel and the state pass on V + K columns). Hence r6 ``tensor_cores`` lea
 over fla of issue 4 is not reached: it needs r6's additive output kernel and the delta family's intra kernel (each
 slower than fla's whole forward at the standard shape) to get faster.
 
-Phase 3 on r1. Phase 3 needs no transition and no V + K columns: it is an ordinary forward from known start
-states, and r1 ``recurrent`` does it at its own rate, 0.30-0.33 us per token and block at the standard shape
-(128 blocks, one per SM), while r6's phase 3 above took ~6.9 ms (decay) and ~4.4 ms (gated delta). With the
-model's segment counts r1 runs B H NS ceil(V / 64) blocks of up to L tokens (528 blocks of 8,000 tokens for
-decay, about 4 per SM; 264 of 4,032 for gated delta). Measured (H200, the same shapes, oracle-checked on two heads, fla in the same process,
-``figures/data/probes/h200_r4_phase3_4f30af1.json``): decay 9.42 ms against 9.75 ms with r6's phase 3 and
-fla's 10.53 ms; gated delta 9.36 ms against 10.98 ms and fla's 14.14 ms (1.51x). Phases 1 and 2 alone took
-2.78 and 6.58 ms, so phase 3 on r1 is ~6.6 and ~2.8 ms. Hence :data:`PHASE3` is r1 for both families; the 2x
-over fla is still not reached, and for the delta family phase 1 (r6's WY intra kernel and its state pass on
-V + K columns) is now two thirds of the time.
+Phase 3 on r1. Phase 3 needs no transition and no V + K columns: it is an ordinary forward from known start states,
+and r1 ``recurrent`` does it at its own rate, 0.30-0.33 us per token and block at the standard shape (128 blocks,
+one per SM), while r6's phase 3 above took ~6.9 ms (decay) and ~4.4 ms (gated delta). With the model's segment
+counts r1 runs B H NS ceil(V / 64) blocks of up to L tokens (528 blocks of up to 8,000 tokens for decay, 264 of up
+to 4,032 for gated delta). Measured (H200, the same shapes, oracle-checked on two heads, fla in the same process,
+``figures/data/probes/h200_r4_phase3_4f30af1.json``): decay 9.42 ms against 9.75 ms with r6's phase 3 and fla's
+10.53 ms; gated delta 9.36 ms against 10.98 ms and fla's 14.14 ms (1.51x). Phases 1 and 2 alone took 2.78 and 6.58
+ms, so phase 3 on r1 is ~6.6 and ~2.8 ms. Hence :data:`PHASE3` is r1 for both families; the 2x over fla is still not
+reached, and for the delta family phase 1 (r6's WY intra kernel and its state pass on V + K columns) is now two
+thirds of the time.
 
 Numerics: everything float32. The affine maps are exact algebra (no approximation); the only difference from
 a single pass is the order of float32 sums (the scan composes products of up to NS maps), well inside the
