@@ -56,6 +56,15 @@ sha=$(echo "${LINATTN_GIT_SHA:-nogit}" | cut -c1-7)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/nvidia-smi.txt"
 python3 -c "import numba, numba_cuda, numpy; print('numba', numba.__version__, 'numpy', numpy.__version__)"
 bench() { python3 -m linattn_numba.cli bench "$@" 2>&1 | tail -60; return "${PIPESTATUS[0]}"; }
+# one compute-sanitizer tool on tools/sanitize.py: sanitize_one TOOL TIMEOUT SANITIZE_PY_ARGS... (a header line with
+# the tool and the arguments, the script's lines, then the tool's exit status)
+sanitize_one() {
+  local tool=$1 limit=$2; shift 2
+  echo "== $tool $*"
+  timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tools/sanitize.py "$@" 2>&1 \
+    | grep -v "NumbaPerformanceWarning\|warn(errors"
+  echo "exit status ${PIPESTATUS[0]}"
+}
 # the two long-context shapes of issue 4 beside fla's chunk kernels: long_bench WHICH(decay|gdn|both) RUNGS LOG
 long_bench() {
   local r=0
@@ -116,10 +125,7 @@ for m in ${modes//,/ }; do
         --out "$out/h200_sweep_$sha.json" | tee "$out/sweep.log" || rc=1;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
-        echo "== $tool"
-        timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-          python3 tools/sanitize.py --rungs "${SANITIZE_RUNGS:-chunked,shared,scan,warp_roles}" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
-        echo "exit status ${PIPESTATUS[0]}"
+        sanitize_one "$tool" "${SANITIZE_TIMEOUT:-150}" --rungs "${SANITIZE_RUNGS:-chunked,shared,scan,warp_roles}"
       done 2>&1 | tee "$out/h200_sanitize.txt";;
     r6_intra)
       timeout 200 python3 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra r3,tensor_cores \
@@ -155,17 +161,11 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
       ncu_rungs ncu_r6 tensor_cores --section MemoryWorkloadAnalysis || rc=1;;
     sanitize_r6)
       for tool in memcheck racecheck synccheck; do
-        echo "== $tool"
-        timeout "${SANITIZE_TIMEOUT:-100}" compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tools/sanitize.py \
-          --rungs tensor_cores 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
-        echo "exit status ${PIPESTATUS[0]}"
+        sanitize_one "$tool" "${SANITIZE_TIMEOUT:-100}" --rungs tensor_cores
       done 2>&1 | tee "$out/h200_sanitize_r6.txt";;
     sanitize_rest)
       for tool in memcheck racecheck synccheck; do
-        echo "== $tool"
-        timeout "${SANITIZE_TIMEOUT:-100}" compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tools/sanitize.py \
-          --rungs scan --recurrences "${SANITIZE_RECS:-delta,gated_delta}" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
-        echo "exit status ${PIPESTATUS[0]}"
+        sanitize_one "$tool" "${SANITIZE_TIMEOUT:-100}" --rungs scan --recurrences "${SANITIZE_RECS:-delta,gated_delta}"
       done 2>&1 | tee "$out/h200_sanitize_rest.txt";;
     sanitize_par)
       # one process per (job, tool): a slow one (r4's many kernels, compiled and then instrumented) no longer
@@ -173,11 +173,9 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
       jobs=${SANITIZE_JOBS:-recurrent:plain,decay,delta,gated_delta scan:plain scan:decay scan:delta scan:gated_delta}
       for job in $jobs; do
         for tool in memcheck racecheck synccheck; do
-          log="$out/san_${job//[:,]/_}_$tool.txt"
-          ( echo "== $tool ${job%%:*} ${job#*:}"
-            timeout "${SANITIZE_TIMEOUT:-480}" compute-sanitizer --tool "$tool" --error-exitcode 9 python3 tools/sanitize.py \
-              --rungs "${job%%:*}" --recurrences "${job#*:}" ${SANITIZE_ARGS:-} 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors"
-            echo "exit status ${PIPESTATUS[0]}" ) > "$log" 2>&1 &
+          # shellcheck disable=SC2086 # SANITIZE_ARGS: words
+          sanitize_one "$tool" "${SANITIZE_TIMEOUT:-480}" --rungs "${job%%:*}" --recurrences "${job#*:}" \
+            ${SANITIZE_ARGS:-} > "$out/san_${job//[:,]/_}_$tool.txt" 2>&1 &
         done
       done
       wait

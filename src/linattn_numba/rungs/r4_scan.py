@@ -611,6 +611,12 @@ def _run_segments(fn, B, T, seg_len, token_arrays, seg_arrays):
 # ----------------------------------------------------------------------------------------------------------
 # the engine and the cost model
 # ----------------------------------------------------------------------------------------------------------
+def _fits(mod, K, V, chunk_size):
+    """Whether rung module ``mod`` supports K, V and the chunk size (``None`` limits: any; no CHUNK_SIZES: any)."""
+    sizes = getattr(mod, "CHUNK_SIZES", None)
+    return (mod.MAX_K or K) >= K and (mod.MAX_V or V) >= V and (sizes is None or chunk_size in sizes)
+
+
 def engine_module(K, V, chunk_size, name=None):
     """The engine rung: ``name`` (else :data:`ENGINE`), or the first of :data:`DEFAULT_ENGINES` that is registered
     and supports K, V, C."""
@@ -624,8 +630,7 @@ def engine_module(K, V, chunk_size, name=None):
         if cand not in RUNGS or cand == NAME:
             continue
         mod = module(cand)
-        sizes = getattr(mod, "CHUNK_SIZES", None)
-        if (mod.MAX_K or K) >= K and (mod.MAX_V or V) >= V and (sizes is None or chunk_size in sizes):
+        if _fits(mod, K, V, chunk_size):
             return mod
     raise ValueError(f"rung {NAME!r}: no engine among {candidates} supports K={K}, V={V}, chunk_size={chunk_size}")
 
@@ -643,8 +648,7 @@ def phase3_module(K, V, chunk_size, delta, eng, name=None):
     if name not in PHASE3_RUNGS or name not in RUNGS:
         raise ValueError(f"rung {NAME!r}: phase3 must be one of {PHASE3_RUNGS} or 'engine', got {name!r}")
     mod = module(name)
-    sizes = getattr(mod, "CHUNK_SIZES", None)
-    if (mod.MAX_K or K) >= K and (mod.MAX_V or V) >= V and (sizes is None or chunk_size in sizes):
+    if _fits(mod, K, V, chunk_size):
         return mod
     if asked:
         raise ValueError(f"rung {NAME!r}: phase3 rung {name!r} does not support K={K}, V={V}, "
