@@ -83,6 +83,21 @@ def test_float16_inputs(recurrence):
     check(inp, 16)
 
 
+@pytest.mark.parametrize("recurrence", list(REC_FLAGS))
+def test_rendezvous_handoff(recurrence):
+    """handoff="rendezvous" (one block barrier per chunk instead of the FULL / EMPTY pairs): the oracle's answer
+    over 3 chunks (both stages reused) with a short last one, and the pair hand-off's numbers bit for bit (only
+    the barriers differ)."""
+    inp = make(1, 45, 2, 12, 8, recurrence, seed=21)
+    check(inp, 16, handoff="rendezvous")
+    for with_o in (True, False):
+        got = run(inp, 16, with_o=with_o, handoff="rendezvous")
+        ref = run(inp, 16, with_o=with_o, handoff="pair")
+        for a, b in zip(got, ref):
+            if a is not None:
+                np.testing.assert_array_equal(a, b)
+
+
 def test_same_numbers_as_r3():
     """Only the schedule changed: r5's state kernel does r3's operations in r3's order (equal bit for bit in the
     simulator; the bound leaves room for a different FMA contraction should r3's kernel be reordered)."""
@@ -135,6 +150,8 @@ def test_rejects_bad_arguments():
         run(inp, 16, with_o=False, with_ht=False)
     with pytest.raises(ValueError, match="multiple of 4"):
         run(inp, 16, bv=6)
+    with pytest.raises(ValueError, match="handoff"):
+        run(inp, 16, handoff="mbarrier")
     big = make(1, 1, 1, r5.MAX_K + 1, 4, "plain")
     with pytest.raises(ValueError, match="K"):
         run(big, 16)
@@ -156,12 +173,15 @@ def test_module_contract():
     assert r5.MAX_K == 128 and r5.MAX_V is None
     assert {16, 32}.issubset(r5.CHUNK_SIZES) and r5.DEFAULT_CHUNK in r5.CHUNK_SIZES
     labels = [label for label, _, _ in r5.compile_targets()]
-    # per dtype and recurrence: the state kernel x (4 with o, 2 without); the intra kernel is r3's (its targets)
-    assert len(labels) == len(set(labels)) == 2 * 4 * 6
+    # per dtype and recurrence: the state kernel x (4 with o, 2 without), and the other hand-off once per recurrence;
+    # the intra kernel is r3's (its targets)
+    assert len(labels) == len(set(labels)) == 2 * 4 * 6 + 4
+    assert sum(f"handoff={r5.HANDOFFS[r5.HANDOFF == 'pair']}" in label for label in labels) == 4
     assert all(label.startswith("state[") for label in labels)
 
 
-_COMPILE_SCRIPT = """
+_COMPILE_SCRIPT = r"""
+import re
 from numba import cuda
 from linattn_numba.rungs import r3_shared as r3
 from linattn_numba.rungs import r5_warp_roles as r5
@@ -177,9 +197,14 @@ for label, fn, argtypes in r5.compile_targets():
         continue
     if "ld.local" in ptx or "st.local" in ptx:
         local.append(label)
-    for needle in ("bar.sync", "bar.arrive", "cp.async.cg.shared.global", "cp.async.wait_all", "ld.shared.v4.f32"):
-        if needle not in ptx:
+    pair = ("handoff=" not in label) == (r5.HANDOFF == "pair")
+    # the pair hand-off arrives on named barriers, the rendezvous meets at bar.sync 0 (and waits on named ones)
+    for needle in (r"bar\.sync", r"bar\.arrive" if pair else r"bar\.sync\s+0;", r"cp\.async\.cg\.shared\.global",
+                   r"cp\.async\.wait_all", r"ld\.shared\.v4\.f32"):
+        if not re.search(needle, ptx):
             local.append(f"{label} (no {needle})")
+    if not pair and "bar.arrive" in ptx:
+        local.append(f"{label} (bar.arrive in the rendezvous hand-off)")
 print(f"compiled {n - len(bad)}/{n}")
 for b in bad:
     print("FAILED:", b)
@@ -197,4 +222,4 @@ def test_state_kernels_compile_for_sm90():
     r = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
-    assert "compiled 4/4" in out and "FAILED" not in out and "LOCAL MEMORY" not in out, out[-4000:]
+    assert "compiled 5/5" in out and "FAILED" not in out and "LOCAL MEMORY" not in out, out[-4000:]

@@ -154,22 +154,25 @@ def test_vector_store_is_checked():
         k[1, 32](out)
 
 
-RUNG_CASES = [("recurrent", 16), ("chunked", 16), ("shared", 16), ("scan", 16), ("warp_roles", 16),
-              ("tensor_cores", 16)]
+# (rung, chunk size, forward's extra arguments): r4 with 3 segments and the tree scan so that all three phases run;
+# r5 with each of its two hand-offs
+RUNG_CASES = [("recurrent", 16, {}), ("chunked", 16, {}), ("shared", 16, {}),
+              ("scan", 16, {"num_segments": 3, "scan": "tree"}), ("warp_roles", 16, {"handoff": "pair"}),
+              ("warp_roles", 16, {"handoff": "rendezvous"}), ("tensor_cores", 16, {})]
 
 
 @pytest.mark.parametrize("recurrence", ["plain", "decay", "delta", "gated_delta"])
-@pytest.mark.parametrize("rung,chunk", RUNG_CASES, ids=[r for r, _ in RUNG_CASES])
-def test_rungs_have_no_shared_memory_race(rung, chunk, recurrence):
-    """T = 37 (two full chunks of 16 and a short one), K = 8, V = 12 with initial and final state; r4 with 3
-    segments and the tree scan so that all three phases run."""
+@pytest.mark.parametrize("rung,chunk,extra", RUNG_CASES,
+                         ids=[r + "".join(f"-{v}" for v in e.values() if isinstance(v, str) and r != "scan")
+                              for r, _, e in RUNG_CASES])
+def test_rungs_have_no_shared_memory_race(rung, chunk, extra, recurrence):
+    """T = 37 (two full chunks of 16 and a short one), K = 8, V = 12 with initial and final state."""
     B, T, H, K, V = 1, 37, 1, 8, 12
     inp = make_inputs(B, T, H, K, V, recurrence, initial_state=True, seed=11)
     d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
     o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32))
     ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32))
     mod = rungs.module(rung)
-    extra = {"num_segments": 3, "scan": "tree"} if rung == "scan" else {}
     with sim.racecheck():
         mod.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, K**-0.5, chunk, **extra)
     o_ref, h_ref = reference.recurrent(inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],

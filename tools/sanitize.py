@@ -43,12 +43,19 @@ def main(argv=None) -> int:
             d = {n: (None if x is None else cuda.to_device(x)) for n, x in inp.items()}
             o_ref, h_ref = reference.chunked(inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],
                                              initial_state=inp["initial_state"], chunk_size=64)
-            # r1 stages its tiles two ways (cp.async double buffer, or through registers): both are checked
-            # (r4: tagged with the engine rung its phases 1 and 3 run on: r6 unless --engine names another)
-            variants = [(mod.engine_module(K, V, a.chunk, a.engine).NAME,
-                         {"num_segments": a.segments, "scan": a.scan, "engine": a.engine})] \
-                if r == "scan" else (
-                [("async", {"asy": True}), ("registers", {"asy": False})] if r == "recurrent" else [("", {})])
+            # r1 stages its tiles two ways (cp.async double buffer, or through registers), r5 hands its stages over
+            # two ways (named-barrier pairs, or one block barrier per chunk): both are checked. r4 is tagged with
+            # the engine rung of its phase 1 (r6 unless --engine names another) and the rung of its phase 3
+            if r == "scan":
+                eng = mod.engine_module(K, V, a.chunk, a.engine)
+                p3 = mod.phase3_module(K, V, a.chunk, inp["beta"] is not None, eng)
+                variants = [(f"{eng.NAME}/{p3.NAME}", {"num_segments": a.segments, "scan": a.scan, "engine": a.engine})]
+            elif r == "recurrent":
+                variants = [("async", {"asy": True}), ("registers", {"asy": False})]
+            elif r == "warp_roles":
+                variants = [(h, {"handoff": h}) for h in mod.HANDOFFS]
+            else:
+                variants = [("", {})]
             for tag, extra in variants:
                 o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32))
                 ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32))
@@ -57,7 +64,7 @@ def main(argv=None) -> int:
                 eo, eh = rel_err(o.copy_to_host(), o_ref), rel_err(ht.copy_to_host(), h_ref)
                 ok = eo <= TOL_FP32 and eh <= TOL_FP32
                 bad += not ok
-                print(f"{r:12s} {tag:12s} {rec:12s} output rel err {eo:.1e}  state rel err {eh:.1e}  "
+                print(f"{r:12s} {tag:24s} {rec:12s} output rel err {eo:.1e}  state rel err {eh:.1e}  "
                       f"{'ok' if ok else 'WRONG'}", flush=True)
     return 1 if bad else 0
 

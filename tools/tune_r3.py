@@ -1,12 +1,12 @@
-"""Tune rung r3 ``shared`` (or r6 ``tensor_cores``, ``--rung``) on the GPU: time every (chunk size, value tile[,
+"""Tune rung r3 ``shared`` (or r5 ``warp_roles``, r6 ``tensor_cores``: ``--rung``) on the GPU: time every (chunk size, value tile[,
 precision]) candidate for each recurrence, and each kernel of every candidate on its own; check every candidate
 against the float64 oracle on two heads.
 
 Usage (on the H200; tools/h200.sh shows the environment it needs)::
 
     python3 tools/tune_r3.py [--shape B,T,H,K,V] [--recurrences plain,decay,...] [--chunks 32,64] [--bv 16,32,64]
-                             [--rung shared|tensor_cores] [--precision 3xtf32,tf32] [--intra r3,tensor_cores]
-                             [--schedule fused,split]
+                             [--rung shared|warp_roles|tensor_cores] [--precision 3xtf32,tf32]
+                             [--intra r3,tensor_cores] [--schedule fused,split] [--handoff pair,rendezvous]
                              [--out tune_r3.json]
 
 Writes one JSON file: the device, the shape, and per recurrence the records {chunk, bv, median_ms, tflops,
@@ -30,10 +30,11 @@ def main(argv=None) -> int:
     ap.add_argument("--recurrences", default="plain,decay,delta,gated_delta")
     ap.add_argument("--chunks", default="32,64")
     ap.add_argument("--bv", default="16,32,64")
-    ap.add_argument("--rung", default="shared", choices=("shared", "tensor_cores"))
+    ap.add_argument("--rung", default="shared", choices=("shared", "warp_roles", "tensor_cores"))
     ap.add_argument("--precision", default="3xtf32", help="r6's precisions to try (comma-separated)")
     ap.add_argument("--intra", default="r3", help="r6's intra kernels to try (comma-separated: r3, tensor_cores)")
     ap.add_argument("--schedule", default="fused", help="r6's schedules to try (comma-separated: fused, split)")
+    ap.add_argument("--handoff", default="pair", help="r5's stage hand-offs to try (comma-separated: pair, rendezvous)")
     ap.add_argument("--out", default="tune_r3.json")
     ap.add_argument("--no-check", action="store_true", help="skip the oracle check (faster)")
     args = ap.parse_args(argv)
@@ -50,6 +51,7 @@ def main(argv=None) -> int:
     precisions = args.precision.split(",") if args.rung == "tensor_cores" else [None]
     intras = args.intra.split(",") if args.rung == "tensor_cores" else [None]
     schedules = args.schedule.split(",") if args.rung == "tensor_cores" else [None]
+    handoffs = args.handoff.split(",") if args.rung == "warp_roles" else [None]
     result = {"device": bench.device_info(), "rung": args.rung, "shape": dict(B=B, T=T, H=H, K=K, V=V),
               "date": time.ctime(), "git": bench.git_sha(), "versions": bench.versions(), "recurrences": {}}
     for rec in args.recurrences.split(","):
@@ -61,8 +63,8 @@ def main(argv=None) -> int:
         flops = bench.counted_flops(rec, B, T, H, K, V)
         rows = []
         for C in (int(x) for x in args.chunks.split(",")):
-            for bv, prec, intra, sched in ((int(x), p, i, s) for x in args.bv.split(",") for p in precisions
-                                           for i in intras for s in schedules):
+            for bv, prec, intra, sched, hand in ((int(x), p, i, s, h) for x in args.bv.split(",") for p in precisions
+                                                 for i in intras for s in schedules for h in handoffs):
                 if sched == "split" and intra not in (None, intras[0]):
                     continue  # the split schedule has its own output kernel: the intra choice does not apply
                 row = {"chunk": C, "bv": bv}
@@ -75,6 +77,8 @@ def main(argv=None) -> int:
                         row["intra"] = intra
                 if sched is not None:
                     row["schedule"] = kw["schedule"] = sched
+                if hand is not None:
+                    row["handoff"] = kw["handoff"] = hand
                 try:
                     todo = mod.launches(d["q"], d["k"], d["v"], d["g"], d["beta"], o, None, ht, K**-0.5, C, **kw)
 

@@ -135,6 +135,10 @@ BAR_FULL = 1
 BAR_EMPTY = 3
 BAR_CONS = 5
 BAR_PROD = 6
+# how the two roles hand the stages over: "pair" (FULL / EMPTY named barriers, producers arrive / consumers wait and
+# the reverse) or "rendezvous" (one block barrier per chunk); the same dependencies with two stages (docstring)
+HANDOFFS = ("pair", "rendezvous")
+HANDOFF = "pair"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -225,7 +229,7 @@ def _threads(KP, BV):
 
 
 @functools.lru_cache(maxsize=None)
-def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
+def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair=True):
     BV4 = BV // 4
     NTH, NCT, NPT = _threads(KP, BV)
     NTOT = NCT + NPT
@@ -260,7 +264,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
             ptid = tid - NCT
             for c in range(NC):
                 s = c % 2
-                if c >= 2:
+                if pair and c >= 2:
                     bar_sync(BAR_EMPTY + s, NTOT)  # the consumers are done with chunk c - 2 in stage s
                 base = s * STAGE
                 t0 = c * C
@@ -302,7 +306,12 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
                         _stage_input(sm, base + Q_OFF, KP, q, b, h, t0, n, K, 0, C, KP, ptid, NPT, False, 0)
                     _stage_input(sm, base + K_OFF, KP, k, b, h, t0, n, K, 0, C, KP, ptid, NPT, False, 0)
                 cp_async_wait_all()  # this thread's copies have landed ...
-                bar_arrive(BAR_FULL + s, NTOT)  # ... then: stage s holds chunk c (release: every store above)
+                if pair:
+                    bar_arrive(BAR_FULL + s, NTOT)  # ... then: stage s holds chunk c (release: every store above)
+                else:
+                    # ... then meet the consumers: stage s holds chunk c, and they are done with chunk c - 1 (in the
+                    # other stage, which this loop refills next)
+                    cuda.syncthreads()
             return
 
         # ---------------- consumer warps ----------------
@@ -326,7 +335,10 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
                 for i in range(4):
                     st4(sm, O_S + (rg * 4 + i) * BV + cg * 4, (S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]))
             # stage s staged; also orders the S stores above before every consumer's P1 (all consumers take part)
-            bar_sync(BAR_FULL + s, NTOT)
+            if pair:
+                bar_sync(BAR_FULL + s, NTOT)
+            else:
+                cuda.syncthreads()  # the producers' barrier after staging chunk c
 
             # -- P1: X = rows @ S; delta rows -> V_new (in the stage, in place of U), output rows -> o --
             for tile in range(tid, NT1, NCT):
@@ -374,7 +386,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
                     for i in range(4):
                         for j in range(4):
                             S[4 * i + j] += x[i] * y[j]
-            if c + 2 < NC:
+            if pair and c + 2 < NC:
                 bar_arrive(BAR_EMPTY + s, NTOT)  # stage s may be refilled (with chunk c + 2)
         if has_ht and own:
             for i in range(4):
@@ -398,21 +410,25 @@ def value_tile(V: int, bv=None) -> int:
     return min(bv, 4 * cdiv(max(V, 1), 4))
 
 
-def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
+def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, handoff=None):
     """Launch r3's intra kernel, then the warp-specialised state kernel (the rung contract).
 
     As r3: ``o=None`` means "state only" (``ht`` must be given); ``chunk_size=None`` uses ``DEFAULT_CHUNK``;
-    ``bv`` overrides the value-tile width; ``h0`` and ``ht`` may be the same array.
+    ``bv`` overrides the value-tile width; ``h0`` and ``ht`` may be the same array. ``handoff``: one of
+    :data:`HANDOFFS` (default :data:`HANDOFF`), how producers and consumers hand the stages over.
     """
-    for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv):
+    for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv, handoff):
         launch()
 
 
-def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
+def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, handoff=None):
     """``[(kernel name, launch)]``: what :func:`forward` runs, in order. Validates the arguments and allocates
     the scratch (r3's buffers)."""
     B, T, H, K = q.shape
     V = v.shape[3]
+    handoff = HANDOFF if handoff is None else handoff
+    if handoff not in HANDOFFS:
+        raise ValueError(f"rung {NAME!r}: handoff must be one of {HANDOFFS}, got {handoff!r}")
     C = r3.check_launch(NAME, chunk_size, K, o, ht)
     KP = r3.padded_k(K)
     BV = value_tile(V, bv)
@@ -432,7 +448,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
     bcum, w, u, qp, u2 = r3.scratch_buffers(BH, TP, KP, V, has_g, delta, out, stream)
     if T > 0 or ht is not None:
         vin = T > 0 and r3._rows_aligned(q, k, v)  # 16-byte rows: cp.async for Q and K, 128-bit loads for V
-        kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin)
+        kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin, handoff == "pair")
         args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale))
         _, nct, npt = _threads(KP, BV)
         todo.append(("state", lambda: r3._launch(kern_b, (cdiv(V, BV), BH), nct + npt, smem_b, stream, args_b)))
@@ -442,9 +458,12 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
 def compile_targets():
     """``(label, py_func, argtypes)`` for every state-kernel variant at the default configuration (C = 64,
     K <= 128, BV = 32): 4 recurrences x float32 / float16 inputs x output or state only x h0 x ht; float32 inputs
-    with the 16-byte producer loads (vec=1), float16 with the scalar ones (vec=0). The intra kernel is r3's and
-    is compiled with r3's targets. Inputs have layout "A"; scratch and stand-ins are C-contiguous float32."""
+    with the 16-byte producer loads (vec=1), float16 with the scalar ones (vec=0), all with the default
+    :data:`HANDOFF`; and the other hand-off for float32 with output, h0 and ht. The intra kernel is r3's and is
+    compiled with r3's targets. Inputs have layout "A"; scratch and stand-ins are C-contiguous float32."""
     f32 = types.float32
+    pair = HANDOFF == "pair"
+    other = HANDOFFS[pair]  # the one that is not the default
     C, KP, BV = DEFAULT_CHUNK, MAX_K, BV_DEFAULT
     s2, s3, s4 = (array_type(np.float32, n, "C") for n in (2, 3, 4))
     a4 = array_type(np.float32, 4)
@@ -463,6 +482,12 @@ def compile_targets():
                         o_t = a4 if out else s4
                         yield (
                             f"state[{tag},o={int(out)},h0={int(has_h0)},ht={int(has_ht)},vec={int(vin)}]",
-                            _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin).py_func,
+                            _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair).py_func,
                             (x4, x4, x4, s2, s3, s3, s3, s3, h0_t, ht_t, o_t, f32),
                         )
+            if vin:  # the other hand-off, one variant per recurrence (the barriers differ, nothing else)
+                yield (
+                    f"state[{tag},o=1,h0=1,ht=1,vec=1,handoff={other}]",
+                    _state_kernel(C, KP, BV, has_g, delta, True, True, True, True, not pair).py_func,
+                    (x4, x4, x4, s2, s3, s3, s3, s3, a4, a4, a4, f32),
+                )
