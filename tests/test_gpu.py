@@ -53,6 +53,31 @@ def test_every_rung_large(recurrence, shape):
         assert e_o <= 1e-4 and e_h <= 1e-4, f"{rung}: output {e_o:.2e}, state {e_h:.2e}"
 
 
+@pytest.mark.parametrize("handoff", ["pair", "rendezvous"])
+@pytest.mark.parametrize("recurrence", ["decay", "gated_delta"])
+def test_r5_handoffs(recurrence, handoff):
+    """r5's two stage hand-offs (named-barrier pairs, one rendezvous per chunk) at K = V = 128 over 16 chunks, where
+    the producers really run ahead of the consumers: the oracle's answer, bit for bit the same with either."""
+    from numba import cuda
+
+    from linattn_numba.rungs import r5_warp_roles as r5
+    from linattn_numba.testing import make_inputs, rel_err
+
+    inp = make_inputs(2, 1000, 4, 128, 128, recurrence, initial_state=True, seed=5)
+    o_ref, h_ref = _oracle(inp)
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    res = {}
+    for h in (handoff, r5.HANDOFFS[handoff == "pair"]):
+        o = cuda.to_device(np.full((2, 1000, 4, 128), np.nan, np.float32))
+        ht = cuda.to_device(np.full((2, 4, 128, 128), np.nan, np.float32))
+        r5.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, 128**-0.5, 64, handoff=h)
+        res[h] = (o.copy_to_host(), ht.copy_to_host())
+    e_o, e_h = rel_err(res[handoff][0], o_ref), rel_err(res[handoff][1], h_ref)
+    assert e_o <= 1e-4 and e_h <= 1e-4, f"output {e_o:.2e}, state {e_h:.2e}"
+    for a, b in zip(*res.values()):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("asy", [True, False], ids=["async", "registers"])
 @pytest.mark.parametrize("gates", ["weak", "mixed"])
 @pytest.mark.parametrize("recurrence", ["plain", "decay", "delta", "gated_delta"])

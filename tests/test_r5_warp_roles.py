@@ -198,13 +198,13 @@ for label, fn, argtypes in r5.compile_targets():
     if "ld.local" in ptx or "st.local" in ptx:
         local.append(label)
     pair = ("handoff=" not in label) == (r5.HANDOFF == "pair")
-    # the pair hand-off arrives on named barriers, the rendezvous meets at bar.sync 0 (and waits on named ones)
-    for needle in (r"bar\.sync", r"bar\.arrive" if pair else r"bar\.sync\s+0;", r"cp\.async\.cg\.shared\.global",
+    # the pair hand-off arrives on named barriers; the rendezvous only waits on them (no block barrier either)
+    for needle in (r"bar\.sync", r"bar\.arrive" if pair else r"bar\.sync\s+\S+,", r"cp\.async\.cg\.shared\.global",
                    r"cp\.async\.wait_all", r"ld\.shared\.v4\.f32"):
         if not re.search(needle, ptx):
             local.append(f"{label} (no {needle})")
-    if not pair and "bar.arrive" in ptx:
-        local.append(f"{label} (bar.arrive in the rendezvous hand-off)")
+    if not pair and (re.search(r"bar\.arrive|bar\.sync\s+0;", ptx)):
+        local.append(f"{label} (bar.arrive or a block barrier in the rendezvous hand-off)")
 print(f"compiled {n - len(bad)}/{n}")
 for b in bad:
     print("FAILED:", b)

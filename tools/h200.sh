@@ -35,8 +35,8 @@
 #   next = r6_intra,long_engines,sanitize_r6,sanitize_rest,ncu (sanitize_rest: r4 delta / gated delta under the three tools,
 #   SANITIZE_RECS overrides the recurrences;
 #   sanitize_r6: r6 tensor_cores under the three tools)
-#     racecheck_probe  racecheck on each kernel of tools/racecheck_probe.py (named-barrier hand-offs with known
-#               answers, correct and racy), one process each, all at once: h200_racecheck_probe_<sha>.txt
+#     racecheck_probe  racecheck and synccheck on each kernel of tools/racecheck_probe.py (named-barrier hand-offs
+#               with known answers, correct and racy), one process each, all at once: h200_racecheck_probe_<sha>.txt
 #     r5_handoff  r3 (its tuned BV = 64) and r5 with each stage hand-off (pair, rendezvous), all four recurrences,
 #               per kernel, oracle-checked (tools/tune_r3.py): h200_r5_handoff_<sha>.json
 #     sanitize_par  the three tools on SANITIZE_JOBS (rung:recurrences, space separated; default r1 on all four
@@ -187,10 +187,12 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
       grep -c "exit status 0" "$out/h200_sanitize_par_$sha.txt"
       grep "exit status [^0]" "$out/h200_sanitize_par_$sha.txt" && rc=1;;
     racecheck_probe)
-      for k in pair pair_bug rendezvous cons_named cons_bug; do
-        (echo "== racecheck $k"; timeout 200 compute-sanitizer --tool racecheck --racecheck-report all --print-limit 8 \
-          python3 tools/racecheck_probe.py --kernel "$k" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors" \
-          | cut -c1-300; echo "exit status ${PIPESTATUS[0]}") > "$out/rp_$k.txt" 2>&1 &
+      for k in pair pair_bug rendezvous rendezvous_block cons_named cons_bug; do
+        for tool in racecheck synccheck; do
+          (echo "== $tool $k"; timeout 200 compute-sanitizer --tool "$tool" --print-limit 8 \
+            python3 tools/racecheck_probe.py --kernel "$k" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors" \
+            | cut -c1-300; echo "exit status ${PIPESTATUS[0]}") > "$out/rp_${k}_$tool.txt" 2>&1 &
+        done
       done
       wait
       cat "$out"/rp_*.txt > "$out/h200_racecheck_probe_$sha.txt" && rm "$out"/rp_*.txt

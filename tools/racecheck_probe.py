@@ -1,22 +1,26 @@
-"""Does compute-sanitizer's racecheck model named barriers? Tiny kernels with a known answer, for r5 ``warp_roles``.
+"""Do compute-sanitizer's racecheck and synccheck model named barriers? Tiny kernels with a known answer, for r5.
 
-r5's producer/consumer hand-off (producers ``bar.arrive`` on FULL, consumers ``bar.sync`` there; the reverse on
-EMPTY) is reported by racecheck, while the simulator's happens-before check (``linattn_numba.sim.racecheck``) finds
-it ordered. Each kernel here isolates one ingredient of r5's state kernel, with 64 consumer and 32 producer
-threads, a two-stage ring of 256 floats per stage and 8 chunks, so that the tool's verdict on each can be read on
-its own::
+r5 ``warp_roles``'s producer/consumer hand-off (producers ``bar.arrive`` on FULL, consumers ``bar.sync`` there; the
+reverse on EMPTY) was reported by racecheck on the H200, while the simulator's happens-before check
+(``linattn_numba.sim.racecheck``) finds it ordered. Each kernel here isolates one ingredient of r5's state kernel,
+with 64 consumer and 32 producer threads, a two-stage ring of 256 floats per stage and 8 chunks, so that the
+tools' verdict on each can be read on its own::
 
     pair        r5's protocol: producers wait EMPTY(s) (chunk >= 2), fill stage s, arrive FULL(s); consumers
                 wait FULL(s), read the whole stage, arrive EMPTY(s) (when chunk + 2 exists). Correct.
     pair_bug    the same barriers, but the producers wait on EMPTY(s) after refilling stage s, not before: they
                 overwrite a stage the consumers may still be reading. A real race (write after read).
-    rendezvous  one block barrier (``syncthreads``) per chunk: producers fill chunk c + 1 while consumers read
-                chunk c, then everybody meets. Correct, and the same dependencies as ``pair`` with two stages.
+    rendezvous  one barrier of the whole block per chunk, ``bar.sync 1, 96`` from both roles' code: producers
+                fill chunk c + 1 while consumers read chunk c, then everybody meets. Correct, and the same
+                dependencies as ``pair`` with two stages (r5's ``handoff="rendezvous"``).
+    rendezvous_block  the same with ``syncthreads`` (``bar.sync 0``) in each role's branch: correct on the
+                hardware, but a block barrier in divergent code is outside the CUDA programming model.
     cons_named  consumers only (the producer warp idles): each writes its own elements, ``bar.sync 5, 64``,
                 reads the others', ``bar.sync 5, 64``: r5's barrier between P1 and P2. Correct.
     cons_bug    the same without the second consumer barrier (the next chunk's writes race the reads). A race.
 
-Usage (on a GPU): ``compute-sanitizer --tool racecheck python3 tools/racecheck_probe.py --kernel pair``; without
+Usage (on a GPU): ``compute-sanitizer --tool racecheck python3 tools/racecheck_probe.py --kernel pair`` (or
+``--tool synccheck``); without
 the tool it only checks the answer. In the simulator every kernel runs under ``linattn_numba.sim.racecheck`` and the
 verdict is printed (``--sim``). Exit status 1 when an answer is wrong.
 """
@@ -27,7 +31,7 @@ import argparse
 import os
 import sys
 
-KERNELS = ("pair", "pair_bug", "rendezvous", "cons_named", "cons_bug")
+KERNELS = ("pair", "pair_bug", "rendezvous", "rendezvous_block", "cons_named", "cons_bug")
 NCONS, NPROD, STAGE, NCHUNK = 64, 32, 256, 8
 NTOT = NCONS + NPROD
 RING, CBUF = 2 * STAGE, 4 * NCONS  # shared array sizes (constants: Numba types a product expression as a variable)
@@ -44,7 +48,7 @@ def build(name):
 
     # booleans, not string tests, inside the kernels (a string method would be compiled as a device function)
     early, late = name == "pair", name == "pair_bug"  # EMPTY waited on before / after the refill
-    rendezvous, both = name == "rendezvous", name == "cons_named"
+    meet, block, both = name == "rendezvous", name == "rendezvous_block", name == "cons_named"
 
     def ring(x, out):
         sm = cuda.shared.array(RING, float32)
@@ -59,15 +63,19 @@ def build(name):
                     sm[s * STAGE + i] = x[c * STAGE + i]
                 if late and c >= 2:
                     bar_sync(EMPTY + s, NTOT)  # too late: the stage is already overwritten
-                if rendezvous:
-                    cuda.syncthreads()  # chunk c staged; chunk c - 1 (the other stage) consumed
+                if meet:
+                    bar_sync(FULL, NTOT)  # chunk c staged; chunk c - 1 (the other stage) consumed
+                elif block:
+                    cuda.syncthreads()
                 else:
                     bar_arrive(FULL + s, NTOT)
             return
         acc = float32(0.0)
         for c in range(NCHUNK):
             s = c % 2
-            if rendezvous:
+            if meet:
+                bar_sync(FULL, NTOT)
+            elif block:
                 cuda.syncthreads()
             else:
                 bar_sync(FULL + s, NTOT)
@@ -144,7 +152,7 @@ def main(argv=None) -> int:
         ok = bool(np.allclose(out, expected(name, x), rtol=1e-5, atol=1e-4))
         # a racy kernel may still give the right answer; a correct one must
         bad += not ok and not name.endswith("_bug")
-        print(f"{name:11s} answer {'right' if ok else 'WRONG'}  {verdict}", flush=True)
+        print(f"{name:16s} answer {'right' if ok else 'WRONG'}  {verdict}", flush=True)
     return 1 if bad else 0
 
 

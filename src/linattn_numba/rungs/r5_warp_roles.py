@@ -135,10 +135,11 @@ BAR_FULL = 1
 BAR_EMPTY = 3
 BAR_CONS = 5
 BAR_PROD = 6
+BAR_MEET = 1  # the rendezvous hand-off: every thread of the block, once per chunk (FULL's id: the pair is not used)
 # how the two roles hand the stages over: "pair" (FULL / EMPTY named barriers, producers arrive / consumers wait and
 # the reverse) or "rendezvous" (one block barrier per chunk); the same dependencies with two stages (docstring)
 HANDOFFS = ("pair", "rendezvous")
-HANDOFF = "pair"
+HANDOFF = "rendezvous"
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -310,8 +311,9 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair=True):
                     bar_arrive(BAR_FULL + s, NTOT)  # ... then: stage s holds chunk c (release: every store above)
                 else:
                     # ... then meet the consumers: stage s holds chunk c, and they are done with chunk c - 1 (in the
-                    # other stage, which this loop refills next)
-                    cuda.syncthreads()
+                    # other stage, which this loop refills next). A named barrier with the block's count, not
+                    # syncthreads: the two roles reach it from different code (synccheck flags a block barrier there)
+                    bar_sync(BAR_MEET, NTOT)
             return
 
         # ---------------- consumer warps ----------------
@@ -338,7 +340,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair=True):
             if pair:
                 bar_sync(BAR_FULL + s, NTOT)
             else:
-                cuda.syncthreads()  # the producers' barrier after staging chunk c
+                bar_sync(BAR_MEET, NTOT)  # the producers' barrier after staging chunk c
 
             # -- P1: X = rows @ S; delta rows -> V_new (in the stage, in place of U), output rows -> o --
             for tile in range(tid, NT1, NCT):
