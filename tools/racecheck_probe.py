@@ -10,11 +10,14 @@ tools' verdict on each can be read on its own::
                 wait FULL(s), read the whole stage, arrive EMPTY(s) (when chunk + 2 exists). Correct.
     pair_bug    the same barriers, but the producers wait on EMPTY(s) after refilling stage s, not before: they
                 overwrite a stage the consumers may still be reading. A real race (write after read).
-    rendezvous  one barrier of the whole block per chunk, ``bar.sync 1, 96`` from both roles' code: producers
-                fill chunk c + 1 while consumers read chunk c, then everybody meets. Correct, and the same
-                dependencies as ``pair`` with two stages (r5's ``handoff="rendezvous"``).
-    rendezvous_block  the same with ``syncthreads`` (``bar.sync 0``) in each role's branch: correct on the
-                hardware, but a block barrier in divergent code is outside the CUDA programming model.
+    pair_na     ``pair`` with the unaligned forms ``barrier.sync`` / ``barrier.arrive``.
+    rendezvous  one barrier of the whole block per chunk, ``barrier.sync 1, 96`` (unaligned) from both roles'
+                code: producers fill chunk c + 1 while consumers read chunk c, then everybody meets. Correct, and
+                the same dependencies as ``pair`` with two stages (r5's ``handoff="rendezvous"``).
+    rendezvous_aligned  the same with ``bar.sync 1, 96`` (= ``barrier.sync.aligned``: the PTX ISA wants every
+                thread at the same instruction).
+    rendezvous_block  the same with ``syncthreads`` (``bar.sync 0``) in each role's branch: a block barrier
+                in divergent code is outside the CUDA programming model.
     cons_named  consumers only (the producer warp idles): each writes its own elements, ``bar.sync 5, 64``,
                 reads the others', ``bar.sync 5, 64``: r5's barrier between P1 and P2. Correct.
     cons_bug    the same without the second consumer barrier (the next chunk's writes race the reads). A race.
@@ -31,7 +34,8 @@ import argparse
 import os
 import sys
 
-KERNELS = ("pair", "pair_bug", "rendezvous", "rendezvous_block", "cons_named", "cons_bug")
+KERNELS = ("pair", "pair_bug", "pair_na", "rendezvous", "rendezvous_aligned", "rendezvous_block", "cons_named",
+           "cons_bug")
 NCONS, NPROD, STAGE, NCHUNK = 64, 32, 256, 8
 NTOT = NCONS + NPROD
 RING, CBUF = 2 * STAGE, 4 * NCONS  # shared array sizes (constants: Numba types a product expression as a variable)
@@ -44,11 +48,12 @@ def build(name):
     global cuda, float32
     from numba import cuda, float32
 
-    from linattn_numba.rungs.r5_warp_roles import bar_arrive, bar_sync
+    from linattn_numba.rungs.r5_warp_roles import bar_arrive, bar_sync, barrier_arrive, barrier_sync
 
     # booleans, not string tests, inside the kernels (a string method would be compiled as a device function)
-    early, late = name == "pair", name == "pair_bug"  # EMPTY waited on before / after the refill
-    meet, block, both = name == "rendezvous", name == "rendezvous_block", name == "cons_named"
+    early, late, na = name in ("pair", "pair_na"), name == "pair_bug", name == "pair_na"  # EMPTY before / after refill
+    meet, meet_al, block = name == "rendezvous", name == "rendezvous_aligned", name == "rendezvous_block"
+    both = name == "cons_named"
 
     def ring(x, out):
         sm = cuda.shared.array(RING, float32)
@@ -58,15 +63,22 @@ def build(name):
             for c in range(NCHUNK):
                 s = c % 2
                 if early and c >= 2:
-                    bar_sync(EMPTY + s, NTOT)  # the consumers are done with chunk c - 2
+                    if na:
+                        barrier_sync(EMPTY + s, NTOT)
+                    else:
+                        bar_sync(EMPTY + s, NTOT)  # the consumers are done with chunk c - 2
                 for i in range(p, STAGE, NPROD):
                     sm[s * STAGE + i] = x[c * STAGE + i]
                 if late and c >= 2:
                     bar_sync(EMPTY + s, NTOT)  # too late: the stage is already overwritten
                 if meet:
-                    bar_sync(FULL, NTOT)  # chunk c staged; chunk c - 1 (the other stage) consumed
+                    barrier_sync(FULL, NTOT)  # chunk c staged; chunk c - 1 (the other stage) consumed
+                elif meet_al:
+                    bar_sync(FULL, NTOT)
                 elif block:
                     cuda.syncthreads()
+                elif na:
+                    barrier_arrive(FULL + s, NTOT)
                 else:
                     bar_arrive(FULL + s, NTOT)
             return
@@ -74,15 +86,22 @@ def build(name):
         for c in range(NCHUNK):
             s = c % 2
             if meet:
+                barrier_sync(FULL, NTOT)
+            elif meet_al:
                 bar_sync(FULL, NTOT)
             elif block:
                 cuda.syncthreads()
+            elif na:
+                barrier_sync(FULL + s, NTOT)
             else:
                 bar_sync(FULL + s, NTOT)
             for j in range(STAGE // 4):  # elements of every producer thread
                 acc += sm[s * STAGE + (tid + 4 * j) % STAGE]
             if (early or late) and c + 2 < NCHUNK:
-                bar_arrive(EMPTY + s, NTOT)
+                if na:
+                    barrier_arrive(EMPTY + s, NTOT)
+                else:
+                    bar_arrive(EMPTY + s, NTOT)
         out[tid] = acc
 
     def consumers(x, out):

@@ -147,6 +147,8 @@ HANDOFF = "rendezvous"
 # ----------------------------------------------------------------------------------------------------------
 if config.ENABLE_CUDASIM:
     from ..sim import bar_arrive, bar_sync
+
+    barrier_sync, barrier_arrive = bar_sync, bar_arrive  # the simulator has no notion of aligned barriers
 else:
     from llvmlite import ir
     from numba.cuda import cgutils
@@ -177,6 +179,14 @@ else:
     bar_arrive = intrinsic(_bar("bar.arrive"))
     bar_arrive.__doc__ = """``bar.arrive id, count``: count this thread's arrival at named barrier ``id`` and go on
     without waiting (the producer half of a producer/consumer handshake)."""
+    # PTX: bar.sync / bar.arrive are barrier.sync.aligned / barrier.arrive.aligned, "aligned" meaning that every
+    # thread taking part executes the same barrier instruction. Where the two roles meet at one barrier from their
+    # own code, the unaligned forms are the ones the PTX ISA allows (and compute-sanitizer's synccheck accepts)
+    barrier_sync = intrinsic(_bar("barrier.sync"))
+    barrier_sync.__doc__ = """``barrier.sync id, count`` (not ``.aligned``): as :func:`bar_sync`, for threads that reach
+    barrier ``id`` from different instructions."""
+    barrier_arrive = intrinsic(_bar("barrier.arrive"))
+    barrier_arrive.__doc__ = """``barrier.arrive id, count`` (not ``.aligned``): as :func:`bar_arrive`."""
 
 
 
@@ -311,9 +321,9 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair=True):
                     bar_arrive(BAR_FULL + s, NTOT)  # ... then: stage s holds chunk c (release: every store above)
                 else:
                     # ... then meet the consumers: stage s holds chunk c, and they are done with chunk c - 1 (in the
-                    # other stage, which this loop refills next). A named barrier with the block's count, not
-                    # syncthreads: the two roles reach it from different code (synccheck flags a block barrier there)
-                    bar_sync(BAR_MEET, NTOT)
+                    # other stage, which this loop refills next). The two roles reach it from different code: a
+                    # named barrier with the block's count in its unaligned form (module docstring, "Hand-offs")
+                    barrier_sync(BAR_MEET, NTOT)
             return
 
         # ---------------- consumer warps ----------------
@@ -340,7 +350,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair=True):
             if pair:
                 bar_sync(BAR_FULL + s, NTOT)
             else:
-                bar_sync(BAR_MEET, NTOT)  # the producers' barrier after staging chunk c
+                barrier_sync(BAR_MEET, NTOT)  # the producers' barrier after staging chunk c
 
             # -- P1: X = rows @ S; delta rows -> V_new (in the stage, in place of U), output rows -> o --
             for tile in range(tid, NT1, NCT):
