@@ -38,7 +38,7 @@
 #     racecheck_probe  racecheck and synccheck on each kernel of tools/racecheck_probe.py (named-barrier hand-offs
 #               with known answers, correct and racy), one process each, all at once: h200_racecheck_probe_<sha>.txt
 #     r5_handoff  r3 (its tuned BV = 64) and r5 with each stage hand-off (pair, rendezvous), all four recurrences,
-#               per kernel, oracle-checked (tools/tune_r3.py): h200_r5_handoff_<sha>.json
+#               per kernel, oracle-checked (tools/tune_r3.py): h200_r5_handoff_<sha>.json (R5_RUNGS: the rungs)
 #     sanitize_par  the three tools on SANITIZE_JOBS (rung:recurrences, space separated; default r1 on all four
 #               recurrences and r4 one recurrence at a time), every (job, tool) its own process, all at once,
 #               each with SANITIZE_TIMEOUT seconds (default 480): one log, h200_sanitize_par_<sha>.txt
@@ -198,14 +198,14 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
       cat "$out"/rp_*.txt > "$out/h200_racecheck_probe_$sha.txt" && rm "$out"/rp_*.txt
       grep -E "^== |SUMMARY|answer" "$out/h200_racecheck_probe_$sha.txt";;
     r5_handoff)
-      for rung in shared warp_roles; do
+      for rung in ${R5_RUNGS:-shared warp_roles}; do
         bv=64; [ "$rung" = warp_roles ] && bv=32
         timeout 300 python3 tools/tune_r3.py --rung "$rung" --chunks 64 --bv "$bv" --handoff pair,rendezvous \
           --out "$out/tune_$rung.json" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors" | tee -a "$out/r5_handoff.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
       done
       python3 -c "import json, sys; json.dump({r: json.load(open(f'$out/tune_{r}.json')) for r in sys.argv[1:]},
-        open('$out/h200_r5_handoff_$sha.json', 'w'), indent=1)" shared warp_roles && rm "$out"/tune_*.json;;
+        open('$out/h200_r5_handoff_$sha.json', 'w'), indent=1)" ${R5_RUNGS:-shared warp_roles} && rm "$out"/tune_*.json;;
     ncu)
       ncu_rungs ncu recurrent,shared,warp_roles || rc=1;;
     *) echo "unknown mode $m" >&2; rc=2;;

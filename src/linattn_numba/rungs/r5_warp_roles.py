@@ -181,7 +181,8 @@ else:
     without waiting (the producer half of a producer/consumer handshake)."""
     # PTX: bar.sync / bar.arrive are barrier.sync.aligned / barrier.arrive.aligned, "aligned" meaning that every
     # thread taking part executes the same barrier instruction. Where the two roles meet at one barrier from their
-    # own code, the unaligned forms are the ones the PTX ISA allows (and compute-sanitizer's synccheck accepts)
+    # own code, the unaligned forms are the ones the PTX ISA allows, and the ones compute-sanitizer accepts
+    # (module docstring, "Sanitizers"); the aligned forms stay for barriers that one role reaches from one place
     barrier_sync = intrinsic(_bar("barrier.sync"))
     barrier_sync.__doc__ = """``barrier.sync id, count`` (not ``.aligned``): as :func:`bar_sync`, for threads that reach
     barrier ``id`` from different instructions."""
@@ -276,7 +277,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair=True):
             for c in range(NC):
                 s = c % 2
                 if pair and c >= 2:
-                    bar_sync(BAR_EMPTY + s, NTOT)  # the consumers are done with chunk c - 2 in stage s
+                    barrier_sync(BAR_EMPTY + s, NTOT)  # the consumers are done with chunk c - 2 in stage s
                 base = s * STAGE
                 t0 = c * C
                 n = min(C, T - t0)
@@ -318,7 +319,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair=True):
                     _stage_input(sm, base + K_OFF, KP, k, b, h, t0, n, K, 0, C, KP, ptid, NPT, False, 0)
                 cp_async_wait_all()  # this thread's copies have landed ...
                 if pair:
-                    bar_arrive(BAR_FULL + s, NTOT)  # ... then: stage s holds chunk c (release: every store above)
+                    barrier_arrive(BAR_FULL + s, NTOT)  # ... then: stage s holds chunk c (release: every store above)
                 else:
                     # ... then meet the consumers: stage s holds chunk c, and they are done with chunk c - 1 (in the
                     # other stage, which this loop refills next). The two roles reach it from different code: a
@@ -348,7 +349,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair=True):
                     st4(sm, O_S + (rg * 4 + i) * BV + cg * 4, (S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]))
             # stage s staged; also orders the S stores above before every consumer's P1 (all consumers take part)
             if pair:
-                bar_sync(BAR_FULL + s, NTOT)
+                barrier_sync(BAR_FULL + s, NTOT)
             else:
                 barrier_sync(BAR_MEET, NTOT)  # the producers' barrier after staging chunk c
 
@@ -399,7 +400,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair=True):
                         for j in range(4):
                             S[4 * i + j] += x[i] * y[j]
             if pair and c + 2 < NC:
-                bar_arrive(BAR_EMPTY + s, NTOT)  # stage s may be refilled (with chunk c + 2)
+                barrier_arrive(BAR_EMPTY + s, NTOT)  # stage s may be refilled (with chunk c + 2)
         if has_ht and own:
             for i in range(4):
                 for j in range(4):
