@@ -19,11 +19,14 @@
 # 1. explain why r3's state pass waits on memory although it keeps loads in flight, and what **warp
 #    specialization** changes: *producer* warps stream chunk `c + 1` into one half of a **double buffer** in
 #    shared memory while *consumer* warps compute chunk `c` from the other half;
-# 2. use **`cp.async`** (global → shared copies that bypass registers) and **named barriers** (`bar.sync` /
-#    `bar.arrive` with an id and a thread count) through inline PTX in Numba, and read the FULL / EMPTY
-#    handshake that passes the two halves back and forth;
-# 3. say how `linattn_numba.sim` simulates named barriers, so the kernel runs (and deadlocks are caught) in CI;
-# 4. count the bytes and FLOPs of one chunk of one block, see why two stages cost r5 an SM's whole shared
+# 2. use **`cp.async`** (global → shared copies that bypass registers) and **named barriers** (`barrier.sync` /
+#    `barrier.arrive` with an id and a thread count) through inline PTX in Numba, read the FULL / EMPTY
+#    handshake that passes the two halves back and forth, and see why with two stages one rendezvous per chunk
+#    says the same (r5's default);
+# 3. tell an *aligned* barrier (`bar.sync`, every thread at the same instruction) from an unaligned one, and
+#    read what compute-sanitizer's racecheck and synccheck report for each;
+# 4. say how `linattn_numba.sim` simulates named barriers, so the kernel runs (and deadlocks are caught) in CI;
+# 5. count the bytes and FLOPs of one chunk of one block, see why two stages cost r5 an SM's whole shared
 #    memory (one block per SM), and read the H200 numbers against r3.
 
 # %%
@@ -77,15 +80,17 @@ print("rung", r5.NAME, "| chunk sizes", r5.CHUNK_SIZES, "| MAX_K", r5.MAX_K, "| 
 #   copies.
 #
 # Who waits for whom is said with **named barriers**. PTX has 16 hardware barriers per block; `syncthreads` is
-# barrier 0 with every thread. `bar.sync id, n` arrives at barrier `id` and waits until `n` threads (whole warps)
-# have arrived; `bar.arrive id, n` arrives and goes on. So a producer can say "stage `s` is full" without
-# waiting for anyone, and only the consumers wait for it. Block barriers would make both roles wait for the
-# slower one at every hand-over; with named barriers the producers run a whole stage ahead. The barrier ids:
+# barrier 0 with every thread. `barrier.sync id, n` arrives at barrier `id` and waits until `n` threads (whole
+# warps) have arrived; `barrier.arrive id, n` arrives and goes on. So a producer can say "stage `s` is full"
+# without waiting for anyone, and only the consumers wait for it (the *pair* hand-off: FULL and EMPTY per stage).
+# With only two stages, though, the pair says no more than one meeting per chunk of the whole block (the
+# *rendezvous*, r5's default; section 2). The barrier ids:
 
 # %%
-bars = {name: getattr(r5, name) for name in ("BAR_FULL", "BAR_EMPTY", "BAR_CONS", "BAR_PROD")}
-meaning = {"BAR_FULL": "stage s holds chunk c: producers arrive, consumers wait (id + s)",
-           "BAR_EMPTY": "stage s may be refilled: consumers arrive, producers wait (id + s)",
+bars = {name: getattr(r5, name) for name in ("BAR_MEET", "BAR_FULL", "BAR_EMPTY", "BAR_CONS", "BAR_PROD")}
+meaning = {"BAR_MEET": "rendezvous: producers after staging chunk c, consumers before computing it (all threads)",
+           "BAR_FULL": "pair: stage s holds chunk c: producers arrive, consumers wait (id + s)",
+           "BAR_EMPTY": "pair: stage s may be refilled: consumers arrive, producers wait (id + s)",
            "BAR_CONS": "consumers only: V_new complete and S no longer read, between P1 and P2",
            "BAR_PROD": "producers only (additive with gates): f_t written before V is scaled by it"}
 two = ("BAR_FULL", "BAR_EMPTY")  # one barrier per stage: id + s
@@ -93,11 +98,15 @@ display(Markdown("| constant | barrier id(s) | meaning |\n|---|---|---|\n" + "\n
     f"| `{n}` | {i}{f', {i + 1}' if n in two else ''} | {meaning[n]} |" for n, i in bars.items())))
 
 # %% [markdown]
-# Numba has no `bar.sync`, `bar.arrive` or `cp.async`, so the module writes them as **inline PTX** through
+# Numba has no `barrier.sync`, `barrier.arrive` or `cp.async`, so the module writes them as **inline PTX** through
 # `numba.cuda.extending.intrinsic`: the code generator emits an LLVM `InlineAsm` call with the PTX text, its
 # operands (`r`: 32-bit register, `l`: 64-bit) and a `~{memory}` clobber, which stops the compiler from moving
-# shared-memory loads and stores across the barrier. Under the simulator the same names are bound to Python
-# functions: `linattn_numba.sim.bar_sync` / `bar_arrive`, and a synchronous copy for `cp_async16`. The module's
+# shared-memory loads and stores across the barrier. Each barrier comes in two forms: `bar.sync` / `bar.arrive`
+# are PTX's *aligned* `barrier.sync.aligned` / `barrier.arrive.aligned` (every thread that takes part executes the
+# same instruction), `barrier_sync` / `barrier_arrive` the unaligned ones, for a barrier that the two roles reach
+# from their own code (section 6 shows what goes wrong otherwise). Under the simulator the same names are bound to
+# Python functions: `linattn_numba.sim.bar_sync` / `bar_arrive` (for both forms), and a synchronous copy for
+# `cp_async16`. The module's
 # intrinsics section, both branches, then the copies, which live in `linattn_numba.vec` (r1's sequence kernel
 # stages its tiles with them too):
 
@@ -127,12 +136,13 @@ display(Code(inspect.getsource(linattn_numba.sim._SimBlock._named_barrier), lang
 
 # %% [markdown]
 # The whole protocol in 20 lines: a kernel with one consumer warp and one producer warp that pass `N` tiles of 32
-# floats through a two-stage ring in shared memory, with r5's barrier ids and r5's `bar_sync` / `bar_arrive` (the
-# simulator's functions here, the inline PTX on a GPU). The consumer doubles each tile.
+# floats through a two-stage ring in shared memory, with r5's barrier ids and r5's unaligned `barrier_sync` /
+# `barrier_arrive` (the simulator's functions here, the inline PTX on a GPU: each role reaches FULL and EMPTY from
+# its own code). The consumer doubles each tile.
 
 # %%
 RING_FULL, RING_EMPTY, RING_THREADS = r5.BAR_FULL, r5.BAR_EMPTY, 64
-bar_sync, bar_arrive = r5.bar_sync, r5.bar_arrive
+bar_sync, bar_arrive = r5.barrier_sync, r5.barrier_arrive
 
 
 @cuda.jit
@@ -176,14 +186,15 @@ if la.sim.active():  # on a GPU the buggy version would hang; the simulator repo
 # with barriers part-counted. With the guard every round of every barrier completes. r5's kernel has the same
 # guard.
 #
-# ## 2. Roles over time, and the thread map
+# ## 2. Roles over time, the two hand-offs, and the thread map
 #
-# The module docstring draws the schedule (`F_s`, `E_s`: FULL / EMPTY of stage `s`; `C`: the consumers' own
-# barrier; `░`: waiting):
+# The module docstring draws the schedule of both hand-offs (`F_s`, `E_s`: FULL / EMPTY of stage `s`; `M`: the
+# rendezvous; `C`: the consumers' own barrier; `░`: waiting), says why they have the same dependencies with two
+# stages, and why the barriers are the unaligned ones:
 
 # %%
 doc = r5.__doc__
-display(Markdown("```\n" + doc[doc.index("Roles over time"):doc.index("``bar.sync id, n``")].rstrip() + "\n```"))
+display(Markdown("```\n" + doc[doc.index("Roles over time"):doc.index("Thread map, grid")].rstrip() + "\n```"))
 display(Markdown("```\n" + doc[doc.index("Thread map, grid"):doc.index("Shared memory, per stage")].rstrip()
                  + "\n```"))
 
@@ -268,13 +279,15 @@ for name in ("_copy_scratch", "_copy_input", "_state_layout", "_threads", "_stat
 #   both roles share (the FULL and EMPTY barriers) counts `NTOT` threads, everything one role does alone counts
 #   only that role's threads (`BAR_CONS` with `NCT`, `BAR_PROD` with `NPT`).
 # * `_copy_scratch` issues `cp_async16` in a plain loop: nothing in it reads the copied data, so no copy waits for
-#   another. The only wait is `cp_async_wait_all()` at the end of the chunk, just before `bar_arrive(FULL + s)`.
+#   another. The only wait is `cp_async_wait_all()` at the end of the chunk, just before the hand-off
+#   (`barrier_sync(BAR_MEET)`, or `barrier_arrive(FULL + s)` with the pair).
 #   `_copy_input` zero-fills rows past the sequence and columns past `K` (`nbytes = 0`: 16 zeros written, nothing
 #   read), so no product needs a bounds test.
-# * The consumers store `S` into shared memory *before* `bar_sync(FULL + s)`: that one barrier both waits for the
+# * The consumers store `S` into shared memory *before* the hand-off barrier: that one barrier both waits for the
 #   data and orders every consumer's `S` stores before every consumer's P1 reads, so the S staging needs no
 #   barrier of its own.
-# * P1 writes `V_new` over `U` *in the stage*; P2 reads it back. The stage is handed back (EMPTY) only after P2.
+# * P1 writes `V_new` over `U` *in the stage*; P2 reads it back. The stage is handed back (EMPTY, or the next
+#   meeting) only after P2.
 # * The `U''` loads for the output are issued before P1's product (`pre`), so their latency hides behind it.
 #
 # ## 4. Smoke run against the oracle
@@ -305,9 +318,10 @@ display(Markdown(f"| recurrence | C | chunks | rel err o | rel err final state |
                  "bitwise equal to r3 |\n|---|--:|--:|--:|--:|---|---|\n" + "\n".join(rows)))
 
 # %% [markdown]
-# **Watching the handshake.** The simulator runs the kernel as Python, so we can wrap the two barrier functions the
+# **Watching the handshake.** The simulator runs the kernel as Python, so we can wrap the barrier functions the
 # state kernel calls (module globals of `r5`) and log, for one consumer thread and one producer thread, every
-# arrival and every release, in the order they happen. Five chunks of the gated delta rule:
+# arrival and every release, in the order they happen. Five chunks of the gated delta rule, with the pair
+# hand-off (the rendezvous would show one meeting per chunk):
 
 # %%
 names = {r5.BAR_FULL: "FULL0", r5.BAR_FULL + 1: "FULL1", r5.BAR_EMPTY: "EMPTY0", r5.BAR_EMPTY + 1: "EMPTY1",
@@ -318,7 +332,7 @@ def trace_barriers(inp, C):
     """Run r5 on ``inp`` with logging barriers; returns [(order, role, event, barrier name)] of threads 0 and NCT."""
     nct = r5._threads(r3.padded_k(inp["q"].shape[3]), r5.value_tile(inp["v"].shape[3]))[1]
     log, order = [], itertools.count()
-    orig = r5.bar_sync, r5.bar_arrive
+    orig = r5.bar_sync, r5.bar_arrive, r5.barrier_sync, r5.barrier_arrive, r5.HANDOFF
 
     def who():
         tid = threading.current_thread().thread_id  # the simulated thread's linear id
@@ -338,11 +352,13 @@ def trace_barriers(inp, C):
             log.append((next(order), role, "arrives at", names[i]))
         orig[1](i, n)
 
-    r5.bar_sync, r5.bar_arrive = logged_sync, logged_arrive
+    # both forms log alike (the simulator does not tell them apart); the pair hand-off for this trace
+    r5.bar_sync, r5.bar_arrive, r5.barrier_sync, r5.barrier_arrive = (logged_sync, logged_arrive) * 2
+    r5.HANDOFF = "pair"
     try:
         la.attention(inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"], rung=r5.NAME, chunk_size=C)
     finally:
-        r5.bar_sync, r5.bar_arrive = orig
+        r5.bar_sync, r5.bar_arrive, r5.barrier_sync, r5.barrier_arrive, r5.HANDOFF = orig
     return sorted(log)
 
 
@@ -581,13 +597,59 @@ else:
     print(f"No ncu profile of {mod_name} in figures/data yet (tools/ncu_rungs.py --rungs {r5.NAME}).")
 
 # %% [markdown]
+# **What the sanitizers make of named barriers.** `compute-sanitizer` checks shared-memory races (racecheck) and the
+# use of barriers (synccheck) while the kernel runs. r5's first kernel used the aligned `bar.sync` / `bar.arrive` for
+# FULL and EMPTY, which the two roles reach from their own code, and racecheck reported hazards there although the
+# simulator's happens-before check found every access ordered. `tools/racecheck_probe.py` takes the question apart:
+# tiny kernels (64 consumer and 32 producer threads, a two-stage ring) with a known answer, two of them with a real
+# race, each run under both tools on the H200. The committed log, parsed:
+
+# %%
+import glob  # noqa: E402
+import re  # noqa: E402
+
+probe_kernels = {
+    "pair": "pair, aligned bar.sync / bar.arrive",
+    "pair_na": "pair, unaligned barrier.sync / barrier.arrive (r5's handoff='pair')",
+    "pair_bug": "pair waiting on EMPTY after the refill: a real race",
+    "rendezvous": "rendezvous, unaligned barrier.sync (r5's default)",
+    "rendezvous_aligned": "rendezvous, aligned bar.sync from both roles",
+    "rendezvous_block": "rendezvous, syncthreads in each role's branch",
+    "cons_named": "consumers only, aligned bar.sync from one place",
+    "cons_bug": "the same without the barrier after the reads: a real race",
+}
+logs = sorted(glob.glob(os.path.join(data_dir, "h200_racecheck_probe_*.txt"))) if data_dir else []
+if logs:
+    verdict = {}
+    for block in re.split(r"^== ", open(logs[-1]).read(), flags=re.M)[1:]:
+        tool, kernel = block.split()[:2]
+        m = re.search(r"SUMMARY: \d+ hazards? displayed \((\d+) errors?", block) or re.search(
+            r"ERROR SUMMARY: (\d+) errors?", block)
+        n = int(m.group(1)) if m else None
+        verdict[kernel, tool] = "no summary" if n is None else ("clean" if n == 0 else f"{n} errors")
+    display(Markdown(f"`{os.path.basename(logs[-1])}`:\n\n| kernel | racecheck | synccheck |\n|---|---|---|\n" + "\n".join(
+        f"| {desc} | {verdict.get((k, 'racecheck'), '-')} | {verdict.get((k, 'synccheck'), '-')} |"
+        for k, desc in probe_kernels.items())))
+else:
+    print("No racecheck probe log in figures/data (tools/h200.sh racecheck_probe on a GPU writes one).")
+
+# %% [markdown]
+# The tools follow the PTX ISA: an aligned barrier expects every taking-part thread at the same instruction. (The
+# simulator's race check, `linattn_numba.sim.racecheck`, runs `python3 tools/racecheck_probe.py --sim` on the same
+# kernels without a GPU, and `tests/test_sim_racecheck.py` runs r5 under it with both hand-offs.) The module
+# docstring's record of r5 under the three tools:
+
+# %%
+display(Markdown("> " + doc[doc.index("Sanitizers (H200"):].strip().split("\n\n")[0].replace("\n", "\n> ")))
+
+# %% [markdown]
 # ## 7. What limits r5
 #
 # The module docstring records what the H200 run showed and how it explains it:
 
 # %%
 measured = doc[doc.index("Measured on the H200"):doc.index("Numerics:")].strip()
-display(Markdown("> " + measured.replace("\n", "\n> ")))
+display(Markdown("```text\n" + measured + "\n```"))  # verbatim: it holds a reStructuredText table
 
 # %% [markdown]
 # The napkin model of section 5 assumed the products run at the FMA peak; the measurements say the consumers, not

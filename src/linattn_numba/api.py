@@ -259,8 +259,8 @@ def auto_rung(T: int, K: int, V: int, recurrence: str | None = None, chunk_size:
     Few heads and a long sequence: when ``B`` and ``H`` are given (``attention`` gives them), r4 ``scan`` is picked
     instead where :func:`estimate_ms` puts it below ``SCAN_MARGIN`` times that choice: the sequential rungs
     then run fewer blocks than the GPU has SMs and walk every token in turn, while the scan splits the sequence
-    (measured at B1 H2 K=V=128 with r6 as its engine: 28x faster than r3 for decay at T = 1M, 9.4x for gated
-    delta at T = 256K). At the standard shape the scan's cost model picks one segment and the estimate never
+    (measured at B1 H2 K=V=128 with r6 as its engine and phase 3 on r1: 29x faster than r3 for decay at T = 1M,
+    11x for gated delta at T = 256K, ``figures/data/h200_long_*``). At the standard shape the scan's cost model picks one segment and the estimate never
     prefers it.
 
     Args:

@@ -57,8 +57,9 @@ What is fixed, and why
    happens-before order that ``syncthreads``, named barriers and warp collectives establish (vector clocks, as
    in the FastTrack race detector), and a launch with two unordered accesses to one address, one a write,
    raises :class:`SharedMemoryRace` naming both source lines. It catches a missing barrier whether or not this
-   run's interleaving exposed it, and it models ``bar.arrive`` / ``bar.sync`` producer-consumer hand-offs,
-   which ``compute-sanitizer --tool racecheck`` flags as hazards in r5 ``warp_roles`` (see that module).
+   run's interleaving exposed it, and it models ``bar.arrive`` / ``bar.sync`` producer-consumer hand-offs
+   (it does not tell PTX's aligned barrier forms from the unaligned ones, which compute-sanitizer does: r5
+   ``warp_roles``'s "Sanitizers" and ``tools/racecheck_probe.py``).
 
 Semantics chosen
 ----------------

@@ -149,7 +149,8 @@ to 4,032 for gated delta). Measured (H200, the same shapes, oracle-checked on tw
 10.53 ms; gated delta 9.36 ms against 10.98 ms and fla's 14.14 ms (1.51x). Phases 1 and 2 alone took 2.78 and 6.58
 ms, so phase 3 on r1 is ~6.6 and ~2.8 ms. Hence :data:`PHASE3` is r1 for both families; the 2x over fla is still not
 reached, and for the delta family phase 1 (r6's WY intra kernel and its state pass on V + K columns) is now two
-thirds of the time.
+thirds of the time. The bench at 153e34f (``figures/data/h200_long_*_153e34f.json``, the README's long-context rows)
+agrees: decay 9.44 ms against fla's 10.53 (1.12x), gated delta 9.37 ms against 14.25 (1.52x).
 
 Numerics: everything float32. The affine maps are exact algebra (no approximation); the only difference from
 a single pass is the order of float32 sums (the scan composes products of up to NS maps), well inside the
@@ -160,7 +161,9 @@ Sanitizers (H200, ``tools/sanitize.py`` at B2 T300 H2 K64 V80, C = 64, 3 segment
 scan): memcheck, racecheck and synccheck report nothing for the four recurrences, with r6 as the engine (the
 default: ``figures/data/h200_sanitize_par_09d0776.txt``) and with r3 (``engine="shared"``:
 ``h200_sanitize_par_r4_r3engine_416ea91.txt``), each (recurrence, tool) in a process of its own
-(``h200.sh sanitize_par``). The earlier sequential runs (``h200_sanitize_r4_*.txt``) ran out of time in r4.
+(``h200.sh sanitize_par``); and with the default phase 3 on r1 (engine r6, the rows tagged
+``tensor_cores/recurrent``: ``figures/data/h200_sanitize_par_9717011.txt``, whose r5 rows predate r5's unaligned
+barriers). The earlier sequential runs (``h200_sanitize_r4_*.txt``) ran out of time in r4.
 """
 
 from __future__ import annotations

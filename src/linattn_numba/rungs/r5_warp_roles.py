@@ -19,24 +19,43 @@ FMA units idle, and the second resident block covers only part of that time. Her
 * **producer warps** (warps 8-11) fill the other stage with chunk c + 1: the row blocks W, Q', K (or Q, K)
   by ``cp.async`` (16 bytes each, global -> shared without registers, so a thread keeps all of its ~50
   copies in flight at once), the value tile and the gates through registers (r3's staging loops). Then
-  ``cp.async.wait_all`` and ``bar.arrive``.
+  ``cp.async.wait_all`` and the hand-off.
 
-Roles over time (F_s, E_s: the FULL / EMPTY barriers of stage s; C: consumers only; ░ = waiting)::
+Roles over time with the FULL / EMPTY pairs (``handoff="pair"``; F_s, E_s: the FULL / EMPTY barriers of stage s;
+C: consumers only; ░ = waiting)::
 
     producers │copy c0→s0│F0│copy c1→s1│F1│░E0░░░░│copy c2→s0│F0│░E1░░░│copy c3→s1│F1│ ...
     consumers │░F0░░░░░░░░░░│P1 c0│C│P2 c0│E0│P1 c1│C│P2 c1│E1│P1 c2│C│P2 c2│E0│ ...
                                (s0)          (s1)          (s0): F1 met at once when the copy of c1
                                                            took less time than P1 + P2 of c0
 
-``bar.sync id, n`` waits until n threads have arrived at barrier id; ``bar.arrive id, n`` counts the caller and
-goes on. Barrier 1 + s (FULL): the producers arrive once stage s holds chunk c, the consumers wait there; it
+``barrier.sync id, n`` waits until n threads have arrived at barrier id; ``barrier.arrive id, n`` counts the caller
+and goes on. Barrier 1 + s (FULL): the producers arrive once stage s holds chunk c, the consumers wait there; it
 also orders the consumers' own S stores before P1 (every consumer takes part). Barrier 3 + s (EMPTY): the
 consumers arrive when they are done with stage s (only when chunk c + 2 exists), the producers wait there
 before refilling it. Barrier 5: consumers only, between P1 and P2 (V_new complete, S no longer read).
 Barrier 6: producers only, for the additive recurrences with gates (f_t written before the V tile is scaled
-by it). Block barriers (``syncthreads``) would make both roles wait for the slower one at every hand-over;
-named barriers let the producers run a whole stage ahead. The simulator runs them through
-:func:`linattn_numba.sim.bar_sync` / :func:`~linattn_numba.sim.bar_arrive`.
+by it). The simulator runs them through :func:`linattn_numba.sim.bar_sync` / :func:`~linattn_numba.sim.bar_arrive`.
+
+Hand-offs. With two stages the pair says no more than one meeting per chunk. The producers may refill a stage
+with chunk c + 1 once the consumers are done with chunk c - 1 (EMPTY); the consumers may start chunk c once it is
+staged (FULL); whichever role is first waits, either way. ``handoff="rendezvous"`` (the default, :data:`HANDOFF`)
+is that meeting: after staging chunk c the producers, and before computing it the consumers, wait at one barrier
+of the whole block (id 1, NCT + NPT threads; M below), then the producers stage chunk c + 1 while the consumers
+compute chunk c::
+
+    producers │copy c0→s0│M│copy c1→s1│░░░░│M│copy c2→s0│░░░░│M│ ...
+    consumers │░░░░░░░░░░│M│P1 c0│C│P2 c0│S│M│P1 c1│C│P2 c1│S│M│ ...     (S: the state tile stored for P1)
+
+The producers still run one chunk ahead; what the pair adds is room for a deeper ring (a producer two chunks
+ahead needs three stages, which do not fit next to S in 227 KB). Measured on the H200 (below) the rendezvous is
+0.3-1.2 % faster; the pair stays, as ``handoff="pair"``, for the general protocol and for comparison.
+
+Aligned barriers. PTX's ``bar.sync`` and ``bar.arrive`` are ``barrier.sync.aligned`` and
+``barrier.arrive.aligned``: every thread that takes part executes the same barrier instruction. The roles reach
+FULL, EMPTY and the meeting barrier from their own code, so r5 uses the unaligned forms there
+(:func:`barrier_sync`, :func:`barrier_arrive`); barriers 5 and 6, each reached by one role from one place, keep
+the aligned ``bar.sync``. The sanitizers tell the two apart ("Sanitizers" below).
 
 Thread map, grid ``(ceil(V / BV), B H)`` as r3, block ``NCT + NPT`` threads (384 at K = 128, BV = 32):
 
@@ -72,10 +91,10 @@ state only (delta / add.)   W, K rows 4 KB / K rows 2 KB; U or V 512 B     66 k 
 The 4 blocks of a head read the same rows (from L2 after the first), as in r3. Per block and chunk the
 producers move 104 KB (delta rule with output) or 72 KB (additive with output).
 
-Registers (ptxas for sm_90; launch bounds 384 threads, 1 block per SM, so at most 168): 123-127 with
-float32 inputs and output, 108 state only, 128-141 with float16 inputs. No local memory, no spills. The
-producers need few registers (cp.async holds none), the consumers the same ~100 as in r3. ptxas reserves
-all 16 hardware barriers (the barrier ids are registers), harmless at one block per SM.
+Registers (ptxas through nvJitLink 13.5 for sm_90; launch bounds 384 threads, 1 block per SM, so at most 168):
+132-168 with float32 inputs and output (the rendezvous with h0 and ht at the top, 164-168; the pair hand-off
+128-138), 110-122 state only, 96-162 with float16 inputs. No local memory, no spills. ptxas reserves all 16
+hardware barriers (the barrier ids are registers), harmless at one block per SM.
 
 Measured on the H200 (``linattn-numba bench --rungs shared,warp_roles --no-peers`` at B4 T8192 H16 K=V=128,
 fp32, both verified against the oracle first: ``figures/data/h200_r3_r5.json``, with r3 then at a value tile
@@ -92,18 +111,59 @@ hide shared-memory latency in the product loops. So the copy is hidden, but the 
 critical path. What would help there: larger P1 tiles or two consumer groups (the "third group" for P2),
 to be checked with ``ncu`` (WarpStateStats: barrier vs. short-scoreboard stalls of the consumer warps).
 
+Re-measured against r3 at its tuned BV = 64, in one device session, per kernel and oracle-checked
+(``tools/tune_r3.py``, ``h200.sh r5_handoff``: ``figures/data/probes/h200_r5_handoff_60be82d.json``), with the
+rendezvous hand-off:
+
+===========  ===========  ===========  ==========  =================  ==================  =========
+recurrence   r3 forward   r5 forward   r3 / r5     r3 state kernel    r5 state kernel     r3 / r5
+===========  ===========  ===========  ==========  =================  ==================  =========
+plain        2.693 ms     2.693 ms     1.00x       2.014 ms           2.013 ms            1.00x
+decay        2.887        2.773        1.04x       2.140              2.025               1.06x
+delta        5.416        4.941        1.10x       3.014              2.550               1.18x
+gated delta  5.718        5.048        1.13x       3.212              2.552               1.26x
+===========  ===========  ===========  ==========  =================  ==================  =========
+
+So the warp-specialised state kernel is 1.18-1.26x r3's for the delta family, and the whole forward 1.10-1.13x:
+the intra kernel, r3's in both rungs (2.40 / 2.50 ms), is about half of the time and unchanged. The pair
+hand-off, in the same run and again at 153e34f (``probes/h200_r5_handoff_153e34f.json``, with the unaligned
+barriers of the committed kernel), took 0.3-1.2 % longer than the rendezvous: 2.741 / 2.804 / 4.959 / 5.088 ms
+against 2.707 / 2.774 / 4.942 / 5.049 ms (plain / decay / delta / gated delta).
+
 Numerics: the same operations in the same order as r3's state kernel (in the simulator r5's outputs equal
 r3's bit for bit); only the schedule changed.
 
-Sanitizers (H200, ``tools/sanitize.py`` at B2 T300 H2 K64 V80, C = 64: ``figures/data/h200_sanitize_*.txt``):
-memcheck and synccheck report nothing for the four recurrences. racecheck reports hazards in the state kernel
-between reads and later writes of shared memory: the accesses that the named barriers order (a stage read by
-the consumers, then refilled by the producers after EMPTY; the S tile read in P1, then rewritten after barrier
-5). The simulator's race check (:class:`linattn_numba.sim.racecheck`, ``tests/test_sim_racecheck.py``), which
-models ``bar.arrive`` / ``bar.sync`` rounds, finds no unordered access in this kernel for any recurrence, and
-does find the race when the EMPTY hand-off is removed. We therefore read racecheck's report as the tool not
-modelling the arrive/sync hand-off (r3, with block barriers only, is clean under racecheck); that reading is
-not proven on the hardware, and the outputs under the sanitizers matched the oracle.
+Sanitizers (H200, ``tools/sanitize.py`` at B2 T300 H2 K64 V80, C = 64, both hand-offs, each (recurrence, tool)
+in a process of its own: ``figures/data/h200_sanitize_par_153e34f.txt``): memcheck, racecheck and synccheck report
+nothing for the four recurrences, with either hand-off. Before the unaligned barriers they did not:
+
+* racecheck reported hazards in the state kernel when the pair used the aligned ``bar.sync`` / ``bar.arrive``:
+  thousands in ``h200_sanitize_r4_r5_7e7dfc7.txt``, 1 to 3 per recurrence at 63527bc
+  (``probes/h200_sanitize_par_63527bc.txt``), between a stage read by the consumers and its refill, and between
+  P1's reads of S and the next chunk's S stores;
+* synccheck reported "Divergent thread(s) in block" for a rendezvous at ``syncthreads`` in each role's branch
+  (``h200_sanitize_par_9717011.txt``) and at an aligned named barrier (``probes/h200_sanitize_par_60be82d.txt``).
+
+``tools/racecheck_probe.py`` isolates each ingredient in a kernel of 64 consumer and 32 producer threads with a
+known answer (``figures/data/h200_racecheck_probe_63527bc.txt``; the simulator's happens-before check,
+:class:`linattn_numba.sim.racecheck`, finds every correct variant ordered and both racy ones racy):
+
+==============================================================  ===========================  ==========
+kernel                                                          racecheck                    synccheck
+==============================================================  ===========================  ==========
+pair, aligned ``bar.sync`` / ``bar.arrive``                     1 hazard (433 at 9717011)    clean
+pair, unaligned ``barrier.sync`` / ``barrier.arrive``           clean                        clean
+pair waiting on EMPTY after the refill (a real race)            4 hazards                    clean
+rendezvous, unaligned ``barrier.sync 1, 96``                    clean                        clean
+rendezvous, aligned ``bar.sync 1, 96``                          clean                        32 errors
+rendezvous, ``syncthreads`` in each branch                      clean                        32 errors
+consumers only, aligned ``bar.sync 5, 64`` from one place       clean                        clean
+the same without the barrier after the reads (a real race)      8 hazards                    clean
+==============================================================  ===========================  ==========
+
+So what the tools flagged was not a missing order in the protocol but an instruction the PTX ISA does not allow
+there: an aligned barrier reached by the two roles from different code. With the unaligned forms the kernel
+is clean under all three, and racecheck still catches the two real races.
 """
 
 from __future__ import annotations
