@@ -179,3 +179,26 @@ def test_rungs_have_no_shared_memory_race(rung, chunk, extra, recurrence):
                                        initial_state=inp["initial_state"])
     assert rel_err(o.copy_to_host(), o_ref) <= TOL_FP32
     assert rel_err(ht.copy_to_host(), h_ref) <= TOL_FP32
+
+
+def test_racecheck_probe_kernels_are_what_they_claim():
+    """tools/racecheck_probe.py (what compute-sanitizer makes of named barriers, r5's docstring): under the simulator's
+    check exactly its two ``*_bug`` kernels race, and every other one gives the right answer."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "racecheck_probe", Path(__file__).resolve().parent.parent / "tools" / "racecheck_probe.py")
+    rp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rp)
+    x = np.random.default_rng(0).standard_normal(rp.NCHUNK * rp.STAGE).astype(np.float32)
+    assert sum(n.endswith("_bug") for n in rp.KERNELS) == 2
+    for name in rp.KERNELS:
+        out = np.full(rp.NCONS, np.nan, np.float32)
+        with sim.racecheck():
+            if name.endswith("_bug"):
+                with pytest.raises(sim.SharedMemoryRace):
+                    rp.build(name)[1, rp.NTOT](x, out)
+            else:
+                rp.build(name)[1, rp.NTOT](x, out)
+                np.testing.assert_allclose(out, rp.expected(name, x), rtol=1e-5, atol=1e-4, err_msg=name)

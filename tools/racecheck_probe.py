@@ -1,16 +1,18 @@
 """Do compute-sanitizer's racecheck and synccheck model named barriers? Tiny kernels with a known answer, for r5.
 
-r5 ``warp_roles``'s producer/consumer hand-off (producers ``bar.arrive`` on FULL, consumers ``bar.sync`` there; the
-reverse on EMPTY) was reported by racecheck on the H200, while the simulator's happens-before check
-(``linattn_numba.sim.racecheck``) finds it ordered. Each kernel here isolates one ingredient of r5's state kernel,
+r5 ``warp_roles``'s first producer/consumer hand-off (producers ``bar.arrive`` on FULL, consumers ``bar.sync`` there;
+the reverse on EMPTY) was reported by racecheck on the H200, while the simulator's happens-before check
+(``linattn_numba.sim.racecheck``) finds it ordered. The answer (r5's docstring, "Sanitizers"): the tools object to the
+aligned barrier forms reached from the two roles' code, not to the protocol. Each kernel here isolates one ingredient of r5's state kernel,
 with 64 consumer and 32 producer threads, a two-stage ring of 256 floats per stage and 8 chunks, so that the
 tools' verdict on each can be read on its own::
 
-    pair        r5's protocol: producers wait EMPTY(s) (chunk >= 2), fill stage s, arrive FULL(s); consumers
-                wait FULL(s), read the whole stage, arrive EMPTY(s) (when chunk + 2 exists). Correct.
+    pair        r5's first protocol, aligned ``bar.sync`` / ``bar.arrive``: producers wait EMPTY(s) (chunk >= 2),
+                fill stage s, arrive FULL(s); consumers wait FULL(s), read the whole stage, arrive EMPTY(s) (when
+                chunk + 2 exists). Correct.
     pair_bug    the same barriers, but the producers wait on EMPTY(s) after refilling stage s, not before: they
                 overwrite a stage the consumers may still be reading. A real race (write after read).
-    pair_na     ``pair`` with the unaligned forms ``barrier.sync`` / ``barrier.arrive``.
+    pair_na     ``pair`` with the unaligned forms ``barrier.sync`` / ``barrier.arrive`` (r5's ``handoff="pair"``).
     rendezvous  one barrier of the whole block per chunk, ``barrier.sync 1, 96`` (unaligned) from both roles'
                 code: producers fill chunk c + 1 while consumers read chunk c, then everybody meets. Correct, and
                 the same dependencies as ``pair`` with two stages (r5's ``handoff="rendezvous"``).
@@ -23,9 +25,9 @@ tools' verdict on each can be read on its own::
     cons_bug    the same without the second consumer barrier (the next chunk's writes race the reads). A race.
 
 Usage (on a GPU): ``compute-sanitizer --tool racecheck python3 tools/racecheck_probe.py --kernel pair`` (or
-``--tool synccheck``); without
-the tool it only checks the answer. In the simulator every kernel runs under ``linattn_numba.sim.racecheck`` and the
-verdict is printed (``--sim``). Exit status 1 when an answer is wrong.
+``--tool synccheck``; ``tools/h200.sh racecheck_probe`` runs every kernel under both); without the tool it only
+checks the answer. ``--sim`` runs every kernel in Numba's simulator under ``linattn_numba.sim.racecheck`` and prints
+its verdict. Exit status 1 when a correct kernel's answer is wrong.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ compute chunk c::
 
 The producers still run one chunk ahead; what the pair adds is room for a deeper ring (a producer two chunks
 ahead needs three stages, which do not fit next to S in 227 KB). Measured on the H200 (below) the rendezvous is
-0.3-1.2 % faster; the pair stays, as ``handoff="pair"``, for the general protocol and for comparison.
+0.3-1.3 % faster; the pair stays, as ``handoff="pair"``, for the general protocol and for comparison.
 
 Aligned barriers. PTX's ``bar.sync`` and ``bar.arrive`` are ``barrier.sync.aligned`` and
 ``barrier.arrive.aligned``: every thread that takes part executes the same barrier instruction. The roles reach
@@ -127,7 +127,7 @@ gated delta  5.718        5.048        1.13x       3.212              2.552     
 So the warp-specialised state kernel is 1.18-1.26x r3's for the delta family, and the whole forward 1.10-1.13x:
 the intra kernel, r3's in both rungs (2.40 / 2.50 ms), is about half of the time and unchanged. The pair
 hand-off, in the same run and again at 153e34f (``probes/h200_r5_handoff_153e34f.json``, with the unaligned
-barriers of the committed kernel), took 0.3-1.2 % longer than the rendezvous: 2.741 / 2.804 / 4.959 / 5.088 ms
+barriers of the committed kernel), took 0.3-1.3 % longer than the rendezvous: 2.741 / 2.804 / 4.959 / 5.088 ms
 against 2.707 / 2.774 / 4.942 / 5.049 ms (plain / decay / delta / gated delta).
 
 Numerics: the same operations in the same order as r3's state kernel (in the simulator r5's outputs equal
@@ -197,7 +197,8 @@ BAR_CONS = 5
 BAR_PROD = 6
 BAR_MEET = 1  # the rendezvous hand-off: every thread of the block, once per chunk (FULL's id: the pair is not used)
 # how the two roles hand the stages over: "pair" (FULL / EMPTY named barriers, producers arrive / consumers wait and
-# the reverse) or "rendezvous" (one block barrier per chunk); the same dependencies with two stages (docstring)
+# the reverse) or "rendezvous" (one barrier of the whole block per chunk); the same dependencies with two stages
+# (docstring, "Hand-offs"); the rendezvous measured 0.3-1.3 % faster
 HANDOFFS = ("pair", "rendezvous")
 HANDOFF = "rendezvous"
 
@@ -301,7 +302,7 @@ def _threads(KP, BV):
 
 
 @functools.lru_cache(maxsize=None)
-def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair=True):
+def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair):
     BV4 = BV // 4
     NTH, NCT, NPT = _threads(KP, BV)
     NTOT = NCT + NPT
