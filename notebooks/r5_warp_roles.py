@@ -627,9 +627,10 @@ if logs:
             r"ERROR SUMMARY: (\d+) errors?", block)
         n = int(m.group(1)) if m else None
         verdict[kernel, tool] = "no summary" if n is None else ("clean" if n == 0 else f"{n} errors")
-    display(Markdown(f"`{os.path.basename(logs[-1])}`:\n\n| kernel | racecheck | synccheck |\n|---|---|---|\n" + "\n".join(
-        f"| {desc} | {verdict.get((k, 'racecheck'), '-')} | {verdict.get((k, 'synccheck'), '-')} |"
-        for k, desc in probe_kernels.items())))
+    probe_rows = [f"| {desc} | {verdict.get((k, 'racecheck'), '-')} | {verdict.get((k, 'synccheck'), '-')} |"
+                  for k, desc in probe_kernels.items()]
+    display(Markdown(f"`{os.path.basename(logs[-1])}`:\n\n| kernel | racecheck | synccheck |\n|---|---|---|\n"
+                     + "\n".join(probe_rows)))
 else:
     print("No racecheck probe log in figures/data (tools/h200.sh racecheck_probe on a GPU writes one).")
 

@@ -200,8 +200,8 @@ for label, fn, argtypes in r5.compile_targets():
     pair = ("handoff=" not in label) == (r5.HANDOFF == "pair")
     # the roles meet at unaligned named barriers: the pair hand-off arrives on them, the rendezvous only waits
     # (no block barrier); the consumers' own barrier is an aligned one
-    for needle in (r"bar\.sync", r"barrier\.arrive" if pair else r"barrier\.sync\s+\S+,", r"cp\.async\.cg\.shared\.global",
-                   r"cp\.async\.wait_all", r"ld\.shared\.v4\.f32"):
+    for needle in (r"bar\.sync", r"barrier\.arrive" if pair else r"barrier\.sync\s+\S+,",
+                   r"cp\.async\.cg\.shared\.global", r"cp\.async\.wait_all", r"ld\.shared\.v4\.f32"):
         if not re.search(needle, ptx):
             local.append(f"{label} (no {needle})")
     if not pair and (re.search(r"bar\.arrive|bar\.sync\s+0;", ptx)):

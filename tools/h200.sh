@@ -201,11 +201,13 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
       for rung in ${R5_RUNGS:-shared warp_roles}; do
         bv=64; [ "$rung" = warp_roles ] && bv=32
         timeout 300 python3 tools/tune_r3.py --rung "$rung" --chunks 64 --bv "$bv" --handoff pair,rendezvous \
-          --out "$out/tune_$rung.json" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors" | tee -a "$out/r5_handoff.log"
+          --out "$out/tune_$rung.json" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors" \
+          | tee -a "$out/r5_handoff.log"
         [ "${PIPESTATUS[0]}" = 0 ] || rc=1
       done
       python3 -c "import json, sys; json.dump({r: json.load(open(f'$out/tune_{r}.json')) for r in sys.argv[1:]},
-        open('$out/h200_r5_handoff_$sha.json', 'w'), indent=1)" ${R5_RUNGS:-shared warp_roles} && rm "$out"/tune_*.json;;
+        open('$out/h200_r5_handoff_$sha.json', 'w'), indent=1)" ${R5_RUNGS:-shared warp_roles} \
+        && rm "$out"/tune_*.json;;
     ncu)
       ncu_rungs ncu recurrent,shared,warp_roles || rc=1;;
     *) echo "unknown mode $m" >&2; rc=2;;

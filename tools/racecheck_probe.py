@@ -2,10 +2,10 @@
 
 r5 ``warp_roles``'s first producer/consumer hand-off (producers ``bar.arrive`` on FULL, consumers ``bar.sync`` there;
 the reverse on EMPTY) was reported by racecheck on the H200, while the simulator's happens-before check
-(``linattn_numba.sim.racecheck``) finds it ordered. The answer (r5's docstring, "Sanitizers"): the tools object to the
-aligned barrier forms reached from the two roles' code, not to the protocol. Each kernel here isolates one ingredient of r5's state kernel,
-with 64 consumer and 32 producer threads, a two-stage ring of 256 floats per stage and 8 chunks, so that the
-tools' verdict on each can be read on its own::
+(``linattn_numba.sim.racecheck``) finds it ordered. The answer (r5's docstring, "Sanitizers"): the tools object to
+the aligned barrier forms reached from the two roles' code, not to the protocol. Each kernel here isolates one
+ingredient of r5's state kernel, with 64 consumer and 32 producer threads, a two-stage ring of 256 floats per stage
+and 8 chunks, so that the tools' verdict on each can be read on its own::
 
     pair        r5's first protocol, aligned ``bar.sync`` / ``bar.arrive``: producers wait EMPTY(s) (chunk >= 2),
                 fill stage s, arrive FULL(s); consumers wait FULL(s), read the whole stage, arrive EMPTY(s) (when

@@ -43,9 +43,10 @@ def main(argv=None) -> int:
             d = {n: (None if x is None else cuda.to_device(x)) for n, x in inp.items()}
             o_ref, h_ref = reference.chunked(inp["q"], inp["k"], inp["v"], inp["g"], inp["beta"],
                                              initial_state=inp["initial_state"], chunk_size=64)
-            # r1 stages its tiles two ways (cp.async double buffer, or through registers), r5 hands its stages over
-            # two ways (named-barrier pairs, or one block barrier per chunk): both are checked. r4 is tagged with
-            # the engine rung of its phase 1 (r6 unless --engine names another) and the rung of its phase 3
+            # r1 stages its tiles two ways (cp.async double buffer, or through registers), r5 hands its stages
+            # over two ways (FULL / EMPTY pairs, or one meeting of the whole block per chunk): both are checked.
+            # r4 is tagged with the engine rung of its phase 1 (r6 unless --engine names another) and the rung of
+            # its phase 3
             if r == "scan":
                 eng = mod.engine_module(K, V, a.chunk, a.engine)
                 p3 = mod.phase3_module(K, V, a.chunk, inp["beta"] is not None, eng)

@@ -1,6 +1,6 @@
-"""Tune rung r3 ``shared`` (or r5 ``warp_roles``, r6 ``tensor_cores``: ``--rung``) on the GPU: time every (chunk size, value tile[,
-precision]) candidate for each recurrence, and each kernel of every candidate on its own; check every candidate
-against the float64 oracle on two heads.
+"""Tune rung r3 ``shared`` (or r5 ``warp_roles``, r6 ``tensor_cores``: ``--rung``) on the GPU: time every (chunk
+size, value tile[, precision, hand-off]) candidate for each recurrence, and each kernel of every candidate on its
+own; check every candidate against the float64 oracle on two heads.
 
 Usage (on the H200; tools/h200.sh shows the environment it needs)::
 
@@ -34,7 +34,8 @@ def main(argv=None) -> int:
     ap.add_argument("--precision", default="3xtf32", help="r6's precisions to try (comma-separated)")
     ap.add_argument("--intra", default="r3", help="r6's intra kernels to try (comma-separated: r3, tensor_cores)")
     ap.add_argument("--schedule", default="fused", help="r6's schedules to try (comma-separated: fused, split)")
-    ap.add_argument("--handoff", default="pair", help="r5's stage hand-offs to try (comma-separated: pair, rendezvous)")
+    ap.add_argument("--handoff", default=None,
+                    help="r5's stage hand-offs to try (comma-separated: pair, rendezvous; default: r5's HANDOFF)")
     ap.add_argument("--out", default="tune_r3.json")
     ap.add_argument("--no-check", action="store_true", help="skip the oracle check (faster)")
     args = ap.parse_args(argv)
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
     precisions = args.precision.split(",") if args.rung == "tensor_cores" else [None]
     intras = args.intra.split(",") if args.rung == "tensor_cores" else [None]
     schedules = args.schedule.split(",") if args.rung == "tensor_cores" else [None]
-    handoffs = args.handoff.split(",") if args.rung == "warp_roles" else [None]
+    handoffs = (args.handoff or mod.HANDOFF).split(",") if args.rung == "warp_roles" else [None]
     result = {"device": bench.device_info(), "rung": args.rung, "shape": dict(B=B, T=T, H=H, K=K, V=V),
               "date": time.ctime(), "git": bench.git_sha(), "versions": bench.versions(), "recurrences": {}}
     for rec in args.recurrences.split(","):
