@@ -52,10 +52,15 @@ def build(name):
 
     from linattn_numba.rungs.r5_warp_roles import bar_arrive, bar_sync, barrier_arrive, barrier_sync
 
-    # booleans, not string tests, inside the kernels (a string method would be compiled as a device function)
-    early, late, na = name in ("pair", "pair_na"), name == "pair_bug", name == "pair_na"  # EMPTY before / after refill
-    meet, meet_al, block = name == "rendezvous", name == "rendezvous_aligned", name == "rendezvous_block"
+    # booleans and device functions chosen here, not string tests inside the kernels (a string method would be
+    # compiled as a device function)
+    pair = name in ("pair", "pair_bug", "pair_na")
+    late = name == "pair_bug"  # waits on EMPTY after the refill instead of before it
+    block = name == "rendezvous_block"
     both = name == "cons_named"
+    unaligned = name in ("pair_na", "rendezvous")
+    wait = barrier_sync if unaligned else bar_sync
+    arrive = barrier_arrive if unaligned else bar_arrive
 
     def ring(x, out):
         sm = cuda.shared.array(RING, float32)
@@ -64,46 +69,32 @@ def build(name):
             p = tid - NCONS
             for c in range(NCHUNK):
                 s = c % 2
-                if early and c >= 2:
-                    if na:
-                        barrier_sync(EMPTY + s, NTOT)
-                    else:
-                        bar_sync(EMPTY + s, NTOT)  # the consumers are done with chunk c - 2
+                if pair and not late and c >= 2:
+                    wait(EMPTY + s, NTOT)  # the consumers are done with chunk c - 2
                 for i in range(p, STAGE, NPROD):
                     sm[s * STAGE + i] = x[c * STAGE + i]
                 if late and c >= 2:
-                    bar_sync(EMPTY + s, NTOT)  # too late: the stage is already overwritten
-                if meet:
-                    barrier_sync(FULL, NTOT)  # chunk c staged; chunk c - 1 (the other stage) consumed
-                elif meet_al:
-                    bar_sync(FULL, NTOT)
-                elif block:
+                    wait(EMPTY + s, NTOT)  # too late: the stage is already overwritten
+                if block:
                     cuda.syncthreads()
-                elif na:
-                    barrier_arrive(FULL + s, NTOT)
+                elif pair:
+                    arrive(FULL + s, NTOT)
                 else:
-                    bar_arrive(FULL + s, NTOT)
+                    wait(FULL, NTOT)  # rendezvous: chunk c staged; chunk c - 1 (the other stage) consumed
             return
         acc = float32(0.0)
         for c in range(NCHUNK):
             s = c % 2
-            if meet:
-                barrier_sync(FULL, NTOT)
-            elif meet_al:
-                bar_sync(FULL, NTOT)
-            elif block:
+            if block:
                 cuda.syncthreads()
-            elif na:
-                barrier_sync(FULL + s, NTOT)
+            elif pair:
+                wait(FULL + s, NTOT)
             else:
-                bar_sync(FULL + s, NTOT)
+                wait(FULL, NTOT)
             for j in range(STAGE // 4):  # elements of every producer thread
                 acc += sm[s * STAGE + (tid + 4 * j) % STAGE]
-            if (early or late) and c + 2 < NCHUNK:
-                if na:
-                    barrier_arrive(EMPTY + s, NTOT)
-                else:
-                    bar_arrive(EMPTY + s, NTOT)
+            if pair and c + 2 < NCHUNK:
+                arrive(EMPTY + s, NTOT)
         out[tid] = acc
 
     def consumers(x, out):
