@@ -26,6 +26,9 @@
 #     sanitize  compute-sanitizer memcheck, racecheck, synccheck on r2-r5 at a mid-size shape
 #               (SANITIZE_RUNGS overrides the rungs, SANITIZE_TIMEOUT the seconds per tool)
 #     ncu       Nsight Compute sections of r1, r3, r5 at the standard shape (CSV for linattn_numba.ncu)
+#     ncu_src   Nsight Compute's per-instruction warp-stall samples (SourceCounters) of r3's kernels (decay, gated
+#               delta; NCU_SRC_RUNGS, NCU_SRC_KERNELS override) at B1 T8192 H16: one SASS CSV per kernel, which
+#               tools/ncu_phases.py splits at the barriers
 #     r1        r1 alone: its GPU tests, then the bench at the standard shape (all four recurrences, fla's fused
 #               recurrent kernels, r1's launch sweep first on R1_TUNE_RECS, default gated_delta; the sweep's
 #               fastest launch is the one benched)
@@ -210,6 +213,18 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
         && rm "$out"/tune_*.json;;
     ncu)
       ncu_rungs ncu recurrent,shared,warp_roles || rc=1;;
+    ncu_src)
+      # per-instruction warp-stall samples (SourceCounters) of NCU_SRC_RUNGS (default r3 shared), decay and gated
+      # delta, at B1 T8192 H16 K=V=128: one SASS listing per kernel for tools/ncu_phases.py
+      rep=/tmp/ncu_src_$sha
+      timeout 300 ncu --clock-control none --profile-from-start off --section SourceCounters \
+        --section WarpStateStats -f -o "$rep" python3 tools/ncu_rungs.py --rungs "${NCU_SRC_RUNGS:-shared}" \
+        --recurrences decay,gated_delta --shape 1,8192,16,128,128 > "$out/ncu_src.log" 2>&1 || rc=1
+      for i in $(seq 0 $(( ${NCU_SRC_KERNELS:-4} - 1 ))); do
+        ncu -i "$rep.ncu-rep" --page source --csv --print-source sass --launch-skip "$i" --launch-count 1 \
+          > "$out/h200_ncu_src_${sha}_$i.csv" 2>> "$out/ncu_src.log" || rc=1
+      done
+      tail -5 "$out/ncu_src.log";;
     *) echo "unknown mode $m" >&2; rc=2;;
   esac
 done

@@ -349,35 +349,62 @@ def _wy_inverse(sm, O_K, KS, KP, O_BETA, O_B, O_LA, O_T, CS, C, NB, tid, NTH, ha
     jc = tid % 16
     dbase = O_LA + (16 * dblk) * CS + 16 * dblk
     if tid < C:
+        # rows not solved yet read as 0 below (L is 0 on and above the diagonal, so their products vanish)
         for i in range(16):
-            a = float32(1.0) if i == jc else float32(0.0)
-            for m in range(i):
-                a -= sm[dbase + i * CS + m] * sm[O_T + m * C + tid]
-            sm[O_T + i * C + tid] = a
+            sm[O_T + i * C + tid] = float32(0.0)
+        for i in range(16):
+            # 4 partial sums over m = 4 s + lane (one 128-bit load of L's row per step): the chain of dependent
+            # FMAs, one per m when summed in one variable, is what made this phase slow (ncu: 16 % of the time)
+            a0 = float32(1.0) if i == jc else float32(0.0)
+            a1 = float32(0.0)
+            a2 = float32(0.0)
+            a3 = float32(0.0)
+            for m in range(0, i, 4):
+                x = ld4(sm, dbase + i * CS + m)
+                a0 -= x[0] * sm[O_T + m * C + tid]
+                a1 -= x[1] * sm[O_T + (m + 1) * C + tid]
+                a2 -= x[2] * sm[O_T + (m + 2) * C + tid]
+                a3 -= x[3] * sm[O_T + (m + 3) * C + tid]
+            sm[O_T + i * C + tid] = (a0 + a1) + (a2 + a3)
     cuda.syncthreads()  # every diagonal block of L has been read
     if tid < C:
         for i in range(jc, 16):
             sm[dbase + i * CS + jc] = sm[O_T + i * C + tid]
     cuda.syncthreads()
-    # ... then block row I from the rows above: A_IJ = -A_II sum_{J <= M < I} L_IM A_MJ, J < I
+    # ... then block row I from the rows above: A_IJ = -A_II sum_{J <= M < I} L_IM A_MJ, J < I (each sum in 4
+    # partial sums, L's row read 4 entries per 128-bit load, as above)
     for bi in range(1, NB):
         for e in range(tid, bi * 256, NTH):
             bj = e // 256
             r = (e // 16) % 16
             cc = e % 16
-            a = float32(0.0)
-            for m in range(16 * bj, 16 * bi):
-                a += sm[O_LA + (16 * bi + r) * CS + m] * sm[O_LA + m * CS + 16 * bj + cc]
-            sm[O_T + e] = a
+            a0 = float32(0.0)
+            a1 = float32(0.0)
+            a2 = float32(0.0)
+            a3 = float32(0.0)
+            for m in range(16 * bj, 16 * bi, 4):
+                x = ld4(sm, O_LA + (16 * bi + r) * CS + m)
+                a0 += x[0] * sm[O_LA + m * CS + 16 * bj + cc]
+                a1 += x[1] * sm[O_LA + (m + 1) * CS + 16 * bj + cc]
+                a2 += x[2] * sm[O_LA + (m + 2) * CS + 16 * bj + cc]
+                a3 += x[3] * sm[O_LA + (m + 3) * CS + 16 * bj + cc]
+            sm[O_T + e] = (a0 + a1) + (a2 + a3)
         cuda.syncthreads()  # T complete; block row bi of L read
         for e in range(tid, bi * 256, NTH):
             bj = e // 256
             r = (e // 16) % 16
             cc = e % 16
-            a = float32(0.0)
-            for m in range(r + 1):
-                a += sm[O_LA + (16 * bi + r) * CS + 16 * bi + m] * sm[O_T + bj * 256 + m * 16 + cc]
-            sm[O_LA + (16 * bi + r) * CS + 16 * bj + cc] = -a
+            a0 = float32(0.0)
+            a1 = float32(0.0)
+            a2 = float32(0.0)
+            a3 = float32(0.0)
+            for m in range(0, 16, 4):  # A_II is 0 above its diagonal: the whole row, 4 loads of 4
+                x = ld4(sm, O_LA + (16 * bi + r) * CS + 16 * bi + m)
+                a0 += x[0] * sm[O_T + bj * 256 + m * 16 + cc]
+                a1 += x[1] * sm[O_T + bj * 256 + (m + 1) * 16 + cc]
+                a2 += x[2] * sm[O_T + bj * 256 + (m + 2) * 16 + cc]
+                a3 += x[3] * sm[O_T + bj * 256 + (m + 3) * 16 + cc]
+            sm[O_LA + (16 * bi + r) * CS + 16 * bj + cc] = -((a0 + a1) + (a2 + a3))
         cuda.syncthreads()  # block row bi of A complete
 
 
@@ -568,14 +595,30 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
 # ----------------------------------------------------------------------------------------------------------
 # kernel B: the sequential pass over chunks, state in registers, output fused
 # ----------------------------------------------------------------------------------------------------------
-def _state_layout(C, KP, BV):
+def _p1_split(C, KP, delta, out):
+    """KSPLIT: the parts into which the additive state kernel splits P1's inner dimension K' (1: no split).
+
+    P1 of the additive family, X = Q S, is [C, K'] x [K', BV]: C BV / 16 micro-tiles for (K' / 4)(BV / 4) threads,
+    so at C < K' only C / K' of the threads would have a tile and the rest would wait at the next barrier (half
+    of the state kernel's time for decay at C = 64, K' = 128: ``figures/data/h200_ncu_src_d3650db_1.csv``).
+    Split K' into K' / C parts instead: every thread computes one tile over C of the K' columns, and the parts are
+    summed from shared memory by all threads. The delta family's P1 [W; Q'] has 2C rows (every thread busy) or,
+    state only, C rows whose sum V_new the same phase must finish: not split."""
+    return KP // C if (out and not delta and KP > C) else 1
+
+
+def _state_layout(C, KP, BV, delta=False, out=False):
+    """Offsets (floats) of the state kernel's shared arrays and the total; ``delta``, ``out`` as the kernel's."""
     KS, VS = KP + 4, BV + 4
-    o_a = 0  # two row blocks [C, KS]: W | Q' (delta, output), W | K, Q | K (additive, output) or - | K
-    o_s = o_a + 2 * C * KS  # the state tile S [KP, VS] (the matmul's right-hand side)
+    nblk = 3 if (delta and out) else 2
+    o_a = 0  # row blocks [C, KS]: W | Q' | K (delta, output), W | K (delta), Q | K (additive, output) or - | K
+    o_s = o_a + nblk * C * KS  # the state tile S [KP, VS] (the matmul's right-hand side)
     o_v = o_s + KP * VS  # V_new tile [C, VS], rows scaled by gamma_C / gamma_t
     o_gm = o_v + C * VS  # gamma_t
     o_f = o_gm + C  # gamma_C / gamma_t (0 past the sequence's end)
-    return o_a, o_s, o_v, o_gm, o_f, o_f + C
+    o_p = o_f + C  # split P1 (_p1_split): each part's [C, VS] tile of gamma_t X
+    ksplit = _p1_split(C, KP, delta, out)
+    return o_a, o_s, o_v, o_gm, o_f, o_p, o_p + (ksplit * C * VS if ksplit > 1 else 0)
 
 
 @cuda.jit(device=True, inline="always")
@@ -638,11 +681,16 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
     BV4 = BV // 4
     NTH = (KP // 4) * BV4  # one 4x4 tile of the state [KP, BV] per thread
     KS, VS = KP + 4, BV + 4
-    O_A, O_S, O_V, O_GM, O_F, _ = _state_layout(C, KP, BV)
+    O_A, O_S, O_V, O_GM, O_F, O_P, _ = _state_layout(C, KP, BV, delta, out)
     P1_ROWS = C * (int(delta) + int(out))  # rows of [W; Q'] (or Q) that multiply the state
     R4 = P1_ROWS // 4
     NT1 = R4 * BV4
-    K_OFF = 0 if (delta and out) else C * KS  # where the K rows sit during the state update
+    KSPLIT = _p1_split(C, KP, delta, out)  # additive with output: P1 over KSPLIT parts of K' (NT1 KSPLIT = NTH)
+    KD = KP // KSPLIT  # each part's share of the inner dimension
+    NE = C * BV4  # float4 elements of the output tile, summed over the parts by all threads
+    EPT = (NE + NTH - 1) // NTH  # of them per thread
+    ZB = 4 * EPT  # local array sizes must be plain constants
+    K_OFF = 2 * C * KS if (delta and out) else C * KS  # where the K rows sit during the state update
 
     def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):
         """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk:
@@ -666,6 +714,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         rg = tid // BV4
         S = cuda.local.array(16, float32)
         acc = cuda.local.array(16, float32)
+        zb = cuda.local.array(ZB, float32)  # split P1: this thread's U'' elements, loaded before the product
         for i in range(4):
             for j in range(4):
                 S[4 * i + j] = float32(0.0)
@@ -684,6 +733,11 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
                     st4(sm, O_S + (rg * 4 + i) * VS + cg * 4, (S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]))
             _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, KP, V, v0, C, BV, tid,
                          NTH, has_g, delta, out, vin, vec_v)
+            if delta and out:  # K's rows in a third block now (not over W once P1 is done: one staging, one barrier)
+                if vin:
+                    _stage_input4(sm, O_A + K_OFF, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
+                else:
+                    _stage_input(sm, O_A + K_OFF, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
             cuda.syncthreads()  # everything staged
 
             # -- ask L2 for the next chunk's rows now, so that its staging hits L2 instead of HBM --
@@ -692,7 +746,37 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
                                 NTH, delta, out)
 
             # -- P1: X = rows @ S; delta rows -> V_new (in shared), output rows -> o --
-            for tile in range(tid, NT1, NTH):
+            if KSPLIT > 1:
+                # split P1 (_p1_split): part tid // NT1 of K', its gamma_t X tile to shared memory; then this thread's
+                # U'' elements of the sum after the barrier are loaded (their latency hides behind the barrier;
+                # held across the product they would cost registers the ht variant spills)
+                part = tid // NT1
+                rr = (tid % NT1) // BV4
+                cc = tid % BV4
+                for e in range(16):
+                    acc[e] = float32(0.0)
+                _mm_nn(sm, acc, O_A + part * KD, KS, O_S + part * KD * VS, VS, rr, R4, cc * 4, KD)
+                for i in range(4):
+                    row = rr + R4 * i
+                    gm = sm[O_GM + row] if has_g else float32(1.0)  # read now: the next chunk's gates replace it
+                    st4(sm, O_P + (part * C + row) * VS + cc * 4,
+                        (acc[4 * i] * gm, acc[4 * i + 1] * gm, acc[4 * i + 2] * gm, acc[4 * i + 3] * gm))
+                for r in range(EPT):
+                    e = tid + r * NTH
+                    t = e // BV4
+                    col = v0 + 4 * (e % BV4)
+                    for j in range(4):
+                        zb[4 * r + j] = float32(0.0)
+                    if e < NE and t < n:
+                        if vec_v and col < V:
+                            z = ld4(u2, (bh, t0 + t, col))
+                            for j in range(4):
+                                zb[4 * r + j] = z[j]
+                        else:
+                            for j in range(4):
+                                if col + j < V:
+                                    zb[4 * r + j] = u2[bh, t0 + t, col + j]
+            for tile in range(tid, NT1 if KSPLIT == 1 else 0, NTH):
                 rr = tile // BV4
                 cc = tile % BV4
                 for e in range(16):
@@ -722,10 +806,27 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
                                     if col + j < V:
                                         z1 = u2[bh, t0 + t, col + j]
                                         o[b, t0 + t, h, col + j] = scale * (acc[4 * i + j] * gm + z1)
-            if delta and out:
-                cuda.syncthreads()  # W and Q' are consumed: K takes their place
-                _stage_input(sm, O_A, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
-            cuda.syncthreads()  # V_new (and K) complete
+            cuda.syncthreads()  # V_new (or the split P1's parts) complete
+
+            if KSPLIT > 1:  # o = scale (sum of the parts + U''), one float4 of the tile per thread and step
+                for r in range(EPT):
+                    e = tid + r * NTH
+                    t = e // BV4
+                    c4 = e % BV4
+                    col = v0 + 4 * c4
+                    if e < NE and t < n:
+                        x = ld4(sm, O_P + t * VS + 4 * c4)
+                        x0, x1, x2, x3 = x[0], x[1], x[2], x[3]
+                        for p in range(1, KSPLIT):
+                            y = ld4(sm, O_P + (p * C + t) * VS + 4 * c4)
+                            x0 += y[0]
+                            x1 += y[1]
+                            x2 += y[2]
+                            x3 += y[3]
+                        xs = (x0, x1, x2, x3)
+                        for j in range(4):
+                            if col + j < V:
+                                o[b, t0 + t, h, col + j] = scale * (xs[j] + zb[4 * r + j])
 
             # -- P2: S <- gamma_C S + K^T diag(gamma_C / gamma) V_new; meanwhile the next chunk's gates --
             if has_g and c + 1 < NC:
@@ -734,7 +835,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
                 gc = math.exp(b_last)
                 for e in range(16):
                     S[e] *= gc
-            for t in range(n):
+            for t in range(C):  # rows past the sequence's end are zero in both factors: a fixed trip count
                 x = ld4(sm, O_A + K_OFF + t * KS + rg * 4)
                 y = ld4(sm, O_V + t * VS + cg * 4)
                 for i in range(4):
@@ -854,7 +955,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
         kern_a = _intra_kernel(C, KP, has_g, delta, out, vin)
         todo.append(("intra", lambda: _launch(kern_a, (NC, BH), (C // 4) ** 2, smem_a, stream, args_a)))
     if T > 0 or ht is not None:
-        smem_b = _state_layout(C, KP, BV)[-1] * f4
+        smem_b = _state_layout(C, KP, BV, delta, out)[-1] * f4
         kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin)
         args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale))
         todo.append(("state", lambda: _launch(kern_b, (cdiv(V, BV), BH), (KP // 4) * (BV // 4), smem_b, stream,
