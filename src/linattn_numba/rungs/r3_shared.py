@@ -714,7 +714,6 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         rg = tid // BV4
         S = cuda.local.array(16, float32)
         acc = cuda.local.array(16, float32)
-        zb = cuda.local.array(ZB, float32)  # split P1: this thread's U'' elements, loaded before the product
         for i in range(4):
             for j in range(4):
                 S[4 * i + j] = float32(0.0)
@@ -761,51 +760,37 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
                     gm = sm[O_GM + row] if has_g else float32(1.0)  # read now: the next chunk's gates replace it
                     st4(sm, O_P + (part * C + row) * VS + cc * 4,
                         (acc[4 * i] * gm, acc[4 * i + 1] * gm, acc[4 * i + 2] * gm, acc[4 * i + 3] * gm))
-                for r in range(EPT):
-                    e = tid + r * NTH
-                    t = e // BV4
-                    col = v0 + 4 * (e % BV4)
-                    for j in range(4):
-                        zb[4 * r + j] = float32(0.0)
-                    if e < NE and t < n:
-                        if vec_v and col < V:
-                            z = ld4(u2, (bh, t0 + t, col))
-                            for j in range(4):
-                                zb[4 * r + j] = z[j]
-                        else:
-                            for j in range(4):
-                                if col + j < V:
-                                    zb[4 * r + j] = u2[bh, t0 + t, col + j]
-            for tile in range(tid, NT1 if KSPLIT == 1 else 0, NTH):
-                rr = tile // BV4
-                cc = tile % BV4
-                for e in range(16):
-                    acc[e] = float32(0.0)
-                _mm_nn(sm, acc, O_A, KS, O_S, VS, rr, R4, cc * 4, KP)
-                for i in range(4):
-                    row = rr + R4 * i
-                    if delta and row < C:
-                        f = sm[O_F + row] if has_g else float32(1.0)  # gamma_C / gamma_t
-                        p = O_V + row * VS + cc * 4
-                        y = ld4(sm, p)  # this thread's own elements
-                        st4(sm, p, ((y[0] - acc[4 * i]) * f, (y[1] - acc[4 * i + 1]) * f,
-                                    (y[2] - acc[4 * i + 2]) * f, (y[3] - acc[4 * i + 3]) * f))
-                    elif out:
-                        t = row - C if delta else row
-                        gm = float32(1.0)
-                        if has_g and not delta:
-                            gm = sm[O_GM + t]
-                        if t < n:
-                            col = v0 + cc * 4
-                            if vec_v and col < V:
-                                z = ld4(u2, (bh, t0 + t, col))
-                                for j in range(4):
-                                    o[b, t0 + t, h, col + j] = scale * (acc[4 * i + j] * gm + z[j])
-                            else:
-                                for j in range(4):
-                                    if col + j < V:
-                                        z1 = u2[bh, t0 + t, col + j]
-                                        o[b, t0 + t, h, col + j] = scale * (acc[4 * i + j] * gm + z1)
+            else:
+                for tile in range(tid, NT1, NTH):
+                    rr = tile // BV4
+                    cc = tile % BV4
+                    for e in range(16):
+                        acc[e] = float32(0.0)
+                    _mm_nn(sm, acc, O_A, KS, O_S, VS, rr, R4, cc * 4, KP)
+                    for i in range(4):
+                        row = rr + R4 * i
+                        if delta and row < C:
+                            f = sm[O_F + row] if has_g else float32(1.0)  # gamma_C / gamma_t
+                            p = O_V + row * VS + cc * 4
+                            y = ld4(sm, p)  # this thread's own elements
+                            st4(sm, p, ((y[0] - acc[4 * i]) * f, (y[1] - acc[4 * i + 1]) * f,
+                                        (y[2] - acc[4 * i + 2]) * f, (y[3] - acc[4 * i + 3]) * f))
+                        elif out:
+                            t = row - C if delta else row
+                            gm = float32(1.0)
+                            if has_g and not delta:
+                                gm = sm[O_GM + t]
+                            if t < n:
+                                col = v0 + cc * 4
+                                if vec_v and col < V:
+                                    z = ld4(u2, (bh, t0 + t, col))
+                                    for j in range(4):
+                                        o[b, t0 + t, h, col + j] = scale * (acc[4 * i + j] * gm + z[j])
+                                else:
+                                    for j in range(4):
+                                        if col + j < V:
+                                            z1 = u2[bh, t0 + t, col + j]
+                                            o[b, t0 + t, h, col + j] = scale * (acc[4 * i + j] * gm + z1)
             cuda.syncthreads()  # V_new (or the split P1's parts) complete
 
             if KSPLIT > 1:  # o = scale (sum of the parts + U''), one float4 of the tile per thread and step
@@ -823,10 +808,17 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
                             x1 += y[1]
                             x2 += y[2]
                             x3 += y[3]
-                        xs = (x0, x1, x2, x3)
-                        for j in range(4):
-                            if col + j < V:
-                                o[b, t0 + t, h, col + j] = scale * (xs[j] + zb[4 * r + j])
+                        if vec_v and col < V:
+                            z = ld4(u2, (bh, t0 + t, col))
+                            o[b, t0 + t, h, col] = scale * (x0 + z[0])
+                            o[b, t0 + t, h, col + 1] = scale * (x1 + z[1])
+                            o[b, t0 + t, h, col + 2] = scale * (x2 + z[2])
+                            o[b, t0 + t, h, col + 3] = scale * (x3 + z[3])
+                        else:
+                            xs = (x0, x1, x2, x3)
+                            for j in range(4):
+                                if col + j < V:
+                                    o[b, t0 + t, h, col + j] = scale * (xs[j] + u2[bh, t0 + t, col + j])
 
             # -- P2: S <- gamma_C S + K^T diag(gamma_C / gamma) V_new; meanwhile the next chunk's gates --
             if has_g and c + 1 < NC:
