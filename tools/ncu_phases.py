@@ -2,21 +2,25 @@
 barriers, so that each phase between two ``syncthreads`` gets its share of the kernel's time.
 
 Input: the CSV that ``ncu -i REPORT --page source --csv --print-source sass`` prints for one kernel (``tools/h200.sh
-ncu_src`` writes one per kernel). Samples are taken at a fixed interval from every warp, so a phase's share of all
-samples is its share of the warps' time; the samples at a ``BAR.SYNC`` (a warp waiting for the rest of its block)
-are counted to the phase that the barrier closes: ncu books a warp's wait at a barrier on the instruction after the
-``BAR.SYNC`` (the one it cannot issue yet), so a phase ends one instruction after its barrier. Phases are in address
-order, which is the kernel's source order (loops stay inside one phase).
+ncu_src`` writes one per kernel; gzipped ``.csv.gz`` files are read too). Samples are taken at a fixed interval from
+every warp, so a phase's share of all samples is its share of the warps' time; the samples at a ``BAR.SYNC`` (a warp
+waiting for the rest of its block) are counted to the phase that the barrier closes: ncu books a warp's wait at a
+barrier on the instruction after the ``BAR.SYNC`` (the one it cannot issue yet), so a phase ends one instruction
+after its barrier. Phases are in address order, which is the kernel's source order (loops stay inside one phase).
 
 Usage::
 
-    python3 tools/ncu_phases.py h200_ncu_src_<sha>_2.csv [--labels stage,gates,scores,...] [--json out.json]
+    python3 tools/ncu_phases.py h200_ncu_src_<sha>_2.csv [...] [--labels stage,gates,scores,... [--labels ...]]
+                                [--json out.json]
+
+(one ``--labels`` per file, in order; a single one applies to every file)
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
 import sys
 from collections import Counter
@@ -24,7 +28,7 @@ from collections import Counter
 
 def read(path):
     """``(kernel name, rows)``: rows are dicts of the SASS listing (Address, Source, counters...)."""
-    with open(path, newline="") as f:
+    with (gzip.open(path, "rt", newline="") if path.endswith(".gz") else open(path, newline="")) as f:
         lines = list(csv.reader(f))
     name = lines[0][1] if lines and lines[0] and lines[0][0] == "Kernel Name" else "?"
     head = next(i for i, r in enumerate(lines) if r and r[0] == "Address")
@@ -74,8 +78,9 @@ def report(path, labels=None, file=sys.stdout):
     name, rows = read(path)
     ph = phases(rows)
     total = sum(p["samples"] for p in ph) or 1.0
-    short = name.split("::")[-2] if "::" in name else name
-    print(f"{path}: {short.split('[')[0]} ({len(rows)} instructions, {len(ph)} phases, {total:.0f} samples)", file=file)
+    parts = name.split("[")[0].split("::")
+    short = "::".join(p for p in parts if p.endswith("_kernel") or p.startswith("r")) or name
+    print(f"{path}: {short} ({len(rows)} instructions, {len(ph)} phases, {total:.0f} samples)", file=file)
     print(f"{'phase':<14}{'share':>7}  {'top stalls (share of the phase)':<52}{'FFMA':>10}{'LDS':>9}{'LDG':>9}"
           f"{'warp inst':>11}", file=file)
     res = []
@@ -93,11 +98,14 @@ def report(path, labels=None, file=sys.stdout):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv", nargs="+")
-    ap.add_argument("--labels", default="", help="comma-separated phase names, in order (one list for all files)")
+    ap.add_argument("--labels", action="append", default=[],
+                    help="comma-separated phase names, in order: one per file, or one for all files")
     ap.add_argument("--json", default=None, help="also write the phases as JSON")
     a = ap.parse_args(argv)
-    labels = [x for x in a.labels.split(",") if x] or None
-    res = [report(p, labels) for p in a.csv]
+    lists = [[x for x in t.split(",") if x] for t in a.labels]
+    if len(lists) not in (0, 1, len(a.csv)):
+        ap.error(f"--labels given {len(lists)} times for {len(a.csv)} files: give it once, or once per file")
+    res = [report(p, (lists[i] if len(lists) > 1 else lists[0]) if lists else None) for i, p in enumerate(a.csv)]
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -79,7 +79,7 @@ split 1.86 ms (gates 0.02 + state 0.76 + out 1.05); plain 1.97 against 1.72. The
 gone; the output kernel is now the larger part, at 0.35 of the H200's copy bandwidth for the 1.6 GB it moves
 (its 3xTF32 products and staging are not overlapped: one chunk per block, two blocks per SM). With one TF32
 product per step (``precision="tf32"``, fla's accuracy) the split schedule takes 1.30 / 1.42 ms (plain / decay)
-against fla's 0.81 / 0.87 ms in the same run (``figures/data/h200_r6_split_c20ff61.json``).
+against fla's 0.81 / 0.87 ms in the same run (``figures/data/probes/h200_r6_split_c20ff61.json``).
 
 It runs where :func:`split_fits` (float32 inputs with aligned rows, the output wanted) and ``hs`` is at most
 :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta family (whose P1 ``W S`` feeds the state), the fused
