@@ -33,7 +33,7 @@ Your job
         ``state`` Q S, the output and the update. Grade with ``--case plain`` and ``--case decay``.
     Part 2, the delta rule (delta, gated_delta): in ``intra`` Lkk, A = (I + Lkk)^-1 in 16 x 16 blocks (in
         ``_wy_inverse``), W, U, Q' = diag(gamma) Q - Aqk W and U'' = Aqk U; in ``state`` [W; Q'] S,
-        V_new = U - W S and K staged over W.
+        V_new = U - W S, and K staged with the chunk into a third row block.
 
 The pipeline (``forward`` launches them in this order), in the notation of the reference: in-chunk cumulative
 log-gates ``b_t``, ``gamma_t = exp(b_t)``, ``Gamma_ts = exp(b_t - b_s)``, C = the chunk size::
@@ -328,14 +328,30 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
 # ----------------------------------------------------------------------------------------------------------
 # kernel B: the sequential pass over chunks, state in registers, output fused -- TODO(r3, 2) is yours
 # ----------------------------------------------------------------------------------------------------------
-def _state_layout(C, KP, BV):
+def _p1_split(C, KP, delta, out):
+    """KSPLIT: the parts into which the additive state kernel splits P1's inner dimension K' (1: no split).
+
+    P1 of the additive family, X = Q S, is [C, K'] x [K', BV]: C BV / 16 micro-tiles for (K' / 4)(BV / 4) threads,
+    so at C < K' only C / K' of the threads would have a tile and the rest would wait at the next barrier (half
+    of the state kernel's time for decay at C = 64, K' = 128: ``figures/data/h200_ncu_src_d3650db_1.csv``).
+    Split K' into K' / C parts instead: every thread computes one tile over C of the K' columns, and the parts are
+    summed from shared memory by all threads. The delta family's P1 [W; Q'] has 2C rows (every thread busy) or,
+    state only, C rows whose sum V_new the same phase must finish: not split."""
+    return KP // C if (out and not delta and KP > C) else 1
+
+
+def _state_layout(C, KP, BV, delta=False, out=False):
+    """Offsets (floats) of the state kernel's shared arrays and the total; ``delta``, ``out`` as the kernel's."""
     KS, VS = KP + 4, BV + 4
-    o_a = 0  # two row blocks [C, KS]: W | Q' (delta, output), W | K, Q | K (additive, output) or - | K
-    o_s = o_a + 2 * C * KS  # the state tile S [KP, VS] (the matmul's right-hand side)
+    nblk = 3 if (delta and out) else 2
+    o_a = 0  # row blocks [C, KS]: W | Q' | K (delta, output), W | K (delta), Q | K (additive, output) or - | K
+    o_s = o_a + nblk * C * KS  # the state tile S [KP, VS] (the matmul's right-hand side)
     o_v = o_s + KP * VS  # V_new tile [C, VS], rows scaled by gamma_C / gamma_t
     o_gm = o_v + C * VS  # gamma_t
     o_f = o_gm + C  # gamma_C / gamma_t (0 past the sequence's end)
-    return o_a, o_s, o_v, o_gm, o_f, o_f + C
+    o_p = o_f + C  # split P1 (_p1_split): each part's [C, VS] tile of gamma_t X
+    ksplit = _p1_split(C, KP, delta, out)
+    return o_a, o_s, o_v, o_gm, o_f, o_p, o_p + (ksplit * C * VS if ksplit > 1 else 0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -343,11 +359,15 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
     BV4 = BV // 4
     NTH = (KP // 4) * BV4  # one 4x4 tile of the state [KP, BV] per thread
     KS, VS = KP + 4, BV + 4
-    O_A, O_S, O_V, O_GM, O_F, _ = _state_layout(C, KP, BV)
+    O_A, O_S, O_V, O_GM, O_F, O_P, _ = _state_layout(C, KP, BV, delta, out)
     P1_ROWS = C * (int(delta) + int(out))  # rows of [W; Q'] (or Q) that multiply the state
     R4 = P1_ROWS // 4
     NT1 = R4 * BV4
-    K_OFF = 0 if (delta and out) else C * KS  # where the K rows sit during the state update
+    KSPLIT = _p1_split(C, KP, delta, out)  # additive with output: P1 over KSPLIT parts of K' (NT1 KSPLIT = NTH)
+    KD = KP // KSPLIT  # each part's share of the inner dimension
+    NE = C * BV4  # float4 elements of the output tile, summed over the parts by all threads
+    EPT = (NE + NTH - 1) // NTH  # of them per thread
+    K_OFF = 2 * C * KS if (delta and out) else C * KS  # where the K rows sit during the state update
 
     def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):
         """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk:
@@ -359,8 +379,9 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         """
         # TODO(r3, 2): one block = value columns v0 = cuda.blockIdx.x * BV .. v0 + BV - 1 of head bh = cuda.blockIdx.y
         #   (b = bh // H, h = bh % H), every chunk in order. forward launches grid (ceil(V / BV), B H), NTH =
-        #   (KP / 4)(BV / 4) threads (512 at KP = 128, BV = 64) and _state_layout(C, KP, BV)[-1] floats of dynamic
-        #   shared memory: sm = cuda.shared.array(0, float32), regions at O_A, O_S, O_V, O_GM, O_F, row strides
+        #   (KP / 4)(BV / 4) threads (512 at KP = 128, BV = 64) and _state_layout(C, KP, BV, delta, out)[-1] floats of
+        #   dynamic shared memory: sm = cuda.shared.array(0, float32), regions at O_A, O_S, O_V, O_GM, O_F (and O_P,
+        #   for the optional split in step 3), row strides
         #   KS = KP + 4 and VS = BV + 4. T, H, K = k.shape[1], k.shape[2], k.shape[3]; V = v.shape[3] (o is a stand-in
         #   without output); vec_v = V % 4 == 0; NC = ceil(T / C) chunks.
         #   Thread map: tid = cuda.threadIdx.x, cg = tid % BV4, rg = tid // BV4: the thread owns the 4x4 block of the
@@ -377,8 +398,9 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         #    - S itself, as the right factor of step 3 (only if NT1 > 0, i.e. there is such a product): row 4 rg + i
         #      of the [KP, VS] tile at O_S, st4(sm, O_S + (4 rg + i) * VS + 4 cg, (S[4 i], S[4 i + 1], S[4 i + 2],
         #      S[4 i + 3])). Threads past K or V hold zeros: the tile is zero-padded by construction.
-        #    - two row blocks [C, KP] at O_A and O_A + C * KS (stride KS), i.e. one [2C, KP] matrix:
-        #        additive: Q (out) | K;   delta: W | Q' (out),  or  W | K (state only).
+        #    - row blocks [C, KP] at O_A, O_A + C * KS (and O_A + 2 C * KS), stride KS:
+        #        additive: Q (out) | K;   delta: W | Q' | K (out),  or  W | K (state only).
+        #      K's rows are always at O_A + K_OFF (the given constant), where step 5 reads them.
         #      Inputs q, k: _stage_input(sm, off, KS, x, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0) (or
         #      _stage_input4 when vin); scratch w, qp: _stage_scratch(sm, off, KS, x, bh, t0, 0, KP, C, KP, tid, NTH,
         #      True) (rows of KP floats: always 128-bit).
@@ -387,7 +409,8 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         #      n, V, v0, C, BV, tid, NTH, has_g, O_F) (or _stage_input4 when vin) -- that is already the update's
         #      diag(gamma_C / gamma) V_new.
         #    (The given _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, KP, V, v0, C,
-        #    BV, tid, NTH, has_g, delta, out, vin, vec_v) does the row blocks and the value tile in one call.)
+        #    BV, tid, NTH, has_g, delta, out, vin, vec_v) does the first two row blocks and the value tile in one
+        #    call; for the delta rule with output stage K at O_A + K_OFF yourself.)
         # 2. (Speed, optional: ask L2 for the next chunk's rows now, _prefetch_rows4 for inputs, _prefetch_rows3 for
         #    scratch, so that its staging hits L2 instead of HBM. A hint only: the results do not change. The given
         #    _prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t0 + C, min(C, T - t0 - C), K, KP, V, v0, BV, tid, NTH,
@@ -406,13 +429,17 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         #      gm = sm[O_GM + t] (gamma_t) for the additive recurrence with g, 1 otherwise (the delta rule's Q' holds
         #      it already). That is O = scale (Q' S + U''), or scale (diag(gamma) Q S + U''): the fused output.
         #      (With vec_v and col < V all 4 columns exist: one ld4(u2, (bh, t0 + t, col)) reads them.)
-        # 4. delta and out: cuda.syncthreads()  -- protects: W and Q' are consumed before K is staged over W:
-        #    _stage_input(sm, O_A, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0). (So the K rows sit at
-        #    O_A + K_OFF: K_OFF = 0 here, C * KS otherwise.)
-        #    cuda.syncthreads()  -- protects: V_new (and K) are complete before the update reads them.
+        #    (Speed, optional: for the additive family with output NT1 = C BV / 16 < NTH when C < KP, so threads
+        #    >= NT1 have no tile. KSPLIT = KP / C parts of the inner dimension fix that: thread tid computes tile
+        #    tid % NT1 over the KD columns of part tid // NT1 (_mm_nn with the offsets O_A + part KD and
+        #    O_S + part KD VS, kdim KD), and stores gm * acc to the part's [C, VS] tile at O_P + part C VS.
+        #    After the barrier of step 4 every thread sums NE = C BV / 4 float4 of those parts, EPT each, adds U''
+        #    and writes o. Multiply by gm before the barrier: step 5 rewrites O_GM.)
+        # 4. cuda.syncthreads()  -- protects: V_new (or the split P1's parts) are complete before anyone reads them.
         # 5. The update S <- gamma_C S + K^T diag(gamma_C / gamma) V_new, in registers. First (has_g, c + 1 < NC)
         #    the next chunk's gates: _chunk_gates(..., t0 + C, min(C, T - t0 - C), ...) -- nothing reads O_F and
-        #    O_GM any more in this chunk. Then S[e] *= exp(b_last) (has_g), and for t in range(n):
+        #    O_GM any more in this chunk. Then S[e] *= exp(b_last) (has_g), and for t in range(n) (or range(C):
+        #    the padded rows are zero in both factors):
         #      x = ld4(sm, O_A + K_OFF + t * KS + 4 rg)   (k_t at this thread's 4 rows)
         #      y = ld4(sm, O_V + t * VS + 4 cg)           (V_new row t at its 4 columns, already scaled)
         #      S[4 i + j] += x[i] * y[j]                   a rank-1 update of the 4x4 block: 16 FMAs per 2 loads
@@ -421,8 +448,8 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         # Finally, if has_ht: ht[b, h, 4 rg + i, v0 + 4 cg + j] = S[4 i + j] for rows < K, columns < V. h0 and ht may
         #   be the same array: each thread reads its own entries of h0 before the loop and writes the same ones after.
         # Memory traffic (budget in the module docstring): per chunk and block, the two row blocks, the value tile and
-        #   u2 read once; o written once; the state read once and written once per sequence. 3 barriers per chunk
-        #   (4 for the delta rule with output). Nothing about a chunk's state ever goes to global memory.
+        #   u2 read once; o written once; the state read once and written once per sequence. 3 barriers per chunk.
+        #   Nothing about a chunk's state ever goes to global memory.
         pass
 
     if config.ENABLE_CUDASIM:  # the simulator's cuda.jit takes no launch_bounds
@@ -488,7 +515,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
         kern_a = _intra_kernel(C, KP, has_g, delta, out, vin)
         todo.append(("intra", lambda: _launch(kern_a, (NC, BH), (C // 4) ** 2, smem_a, stream, args_a)))
     if T > 0 or ht is not None:
-        smem_b = _state_layout(C, KP, BV)[-1] * f4
+        smem_b = _state_layout(C, KP, BV, delta, out)[-1] * f4
         kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin)
         args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale))
         todo.append(("state", lambda: _launch(kern_b, (cdiv(V, BV), BH), (KP // 4) * (BV // 4), smem_b, stream,

@@ -451,7 +451,7 @@ lines = [occupancy(f"r5 `{r5.NAME}`, BV = {big['BV']}", big["nct"] + big["npt"],
 for bv in sorted({big["BV"], bv3}):
     nth3 = (KP0 // 4) * (bv // 4)
     lines.append(occupancy(f"r3 `{r3.NAME}`, BV = {bv}" + (" (tuned)" if bv == bv3 else ""), nth3, nth3,
-                           4 * r3._state_layout(C0, KP0, bv)[-1]))
+                           4 * r3._state_layout(C0, KP0, bv, True, True)[-1]))
 display(Markdown(f"State kernel, C = {C0}, K = V = {std[3]}, delta rule with output:\n\n| kernel | threads | "
                  "shared KB | blocks / SM (shared) | blocks / SM (threads) | blocks / SM | warps / SM | "
                  "warps / SM doing products |\n|---|--:|--:|--:|--:|--:|--:|--:|\n" + "\n".join(lines)))

@@ -60,6 +60,31 @@ def test_chunk_64(recurrence):
     check(make(1, 70, 1, 24, 12, recurrence, seed=12), 64)
 
 
+@pytest.mark.parametrize("recurrence,K,V,with_h0", [("plain", 32, 12, False), ("decay", 64, 10, True)])
+def test_split_p1(recurrence, K, V, with_h0):
+    """K' > C: the additive state kernel splits P1 = Q S over K' (2 parts at K' = 32, 4 at K' = 64, C = 16), and all
+    threads sum the parts into o; V = 10 is not a multiple of 4 (the 32-bit epilogue), T = 37 ends in a short chunk."""
+    assert r3._p1_split(16, r3.padded_k(K), False, True) == K // 16
+    check(make(1, 37, 1, K, V, recurrence, seed=K + V), 16, with_h0, True)
+
+
+def test_state_layout():
+    """The state kernel's shared memory: a third row block (K) for the delta rule with output, the split P1's parts
+    for the additive family with output when K' > C, neither otherwise."""
+    assert [r3._p1_split(c, 128, False, True) for c in (16, 32, 64)] == [8, 4, 2]
+    assert r3._p1_split(64, 64, False, True) == 1  # K' = C: every thread already has a tile
+    assert r3._p1_split(64, 128, True, True) == r3._p1_split(64, 128, False, False) == 1
+    C, KP, BV = 64, 128, 64
+    KS, VS = KP + 4, BV + 4
+    base = r3._state_layout(C, KP, BV)  # - | K (state only)
+    o_a, o_s, o_v, o_gm, o_f, o_p, total = base
+    assert (o_s, total) == (2 * C * KS, o_p) and o_v == o_s + KP * VS
+    assert r3._state_layout(C, KP, BV, True, True)[1] == 3 * C * KS  # W | Q' | K
+    add = r3._state_layout(C, KP, BV, False, True)
+    assert add[1] == 2 * C * KS and add[-1] - add[-2] == 2 * C * VS  # two parts of [C, VS]
+    assert add[-1] * 4 <= 227 * 1024  # one block per SM still fits
+
+
 @pytest.mark.parametrize("recurrence,with_h0", [("decay", True), ("delta", False), ("gated_delta", True)])
 def test_state_only(recurrence, with_h0):
     """o=None: only the final state (what r4's scan asks for); it matches the full run's and the oracle's."""

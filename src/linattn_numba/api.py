@@ -214,9 +214,9 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
 # long-context runs at B1 H2), (additive, delta family). The sequential rungs' cost is one block's walk through
 # the tokens (a block per SM, all blocks in one wave at the standard shape): the call's time / T. The scan's cost
 # is per token-head when its segments fill the GPU: the call's time / (B H T).
-# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 2.78 / 4.93 ms; r6: 1.85 / 4.04 ms
-# (figures/data/h200_r3_a1325d3.json, h200_r3_gdn_a1325d3.json); over 8192 tokens
-SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.339, 0.601), "tensor_cores": (0.226, 0.493)}
+# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 2.75 / 4.67 ms; r6: 1.85 / 3.81 ms
+# (figures/data/h200_r3_33dedac.json); over 8192 tokens
+SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.336, 0.570), "tensor_cores": (0.226, 0.465)}
 # r4 with its default engine (r6) and phase 3 on r1: 9.42 ms over 2 x 1,048,576 (decay; figures/data/probes/
 # h200_r4_phase3_4f30af1.json), 8.95 ms over 2 x 262,144 (gated delta; figures/data/h200_long_gdn_a1325d3.json)
 SCAN_NS_PER_TOKEN_HEAD = (4.49, 17.07)

@@ -32,7 +32,14 @@ buffer ``h`` of per-chunk states, and inner loops that read each operand element
    formed explicitly: the 16 x 16 diagonal blocks are inverted in parallel (one thread per column), then each
    16-row block row from those above, A_IJ = -A_II sum_{J <= M < I} L_IM A_MJ (two small products and two
    barriers per block row, 7 barriers at C = 64, instead of 2 per row); W, U, Q', U'' are then ordinary
-   register-blocked products that stop at the diagonal of the lower-triangular left factor.
+   register-blocked products that stop at the diagonal of the lower-triangular left factor. Each sum of the
+   inverse runs in 4 partial sums over a 128-bit load of L's row (one variable would make every FMA wait for
+   the one before), and the threads the diagonal solve leaves idle scale K meanwhile.
+6. **Every thread busy in the state pass.** The additive P1, X = Q S, has C x BV outputs: at C < K' one 4x4
+   tile for only C / K' of the threads. It is split over K' (``_p1_split``): each thread computes a tile over
+   C of the K' columns, and after the barrier all threads sum the parts and write o. For the delta rule with
+   output K's rows are staged with the chunk into a third row block, not over W once P1 is done (one barrier
+   and one latency-bound staging fewer per chunk). Where these came from: the next section.
 
 Pipeline (``forward`` launches them in this order)::
 
@@ -60,12 +67,13 @@ intra      (NT, B H)        (C/4)^2 = 256     scores: a 4x4 tile of Aqk and Lkk,
                                               U'' per pass): a 4x4 tile, rows 4 rr .. 4 rr + 3 (contiguous, so the
                                               triangular left factor is read only up to column 4 rr + 3)
 state      (V / BV, B H)    (K'/4)(BV/4)      the 4 x 4 block (rows 4 rg.., columns 4 cg..) of S, in registers for
-                            = 512             the whole sequence; in X = [W; Q'] S a 4x4 tile, rows rr + 32 i
+                            = 512             the whole sequence; in X = [W; Q'] S a 4x4 tile, rows rr + 32 i;
+                                              additive: part tid // 256 of K' (64 columns), a 4x4 tile of Q S,
+                                              rows rr + 16 i, then 2 float4 of the summed output tile
 =========  ===============  ================  =====================================================================
 
 Synchronisation: ``intra`` has a barrier after the staging, the gates and the scores, 2 + 2 per block row in
-the inverse and 2 per 64-column pass; ``state`` has 3 barriers per chunk (4 for the delta rule with output: K
-replaces W and Q' in shared memory between the product and the update). Each barrier's comment says what it
+the inverse and 2 per 64-column pass; ``state`` has 3 barriers per chunk. Each barrier's comment says what it
 protects.
 
 Shared memory and registers (ptxas for sm_90, float32 inputs, C = 64, K' = 128)
@@ -74,11 +82,12 @@ Shared memory and registers (ptxas for sm_90, float32 inputs, C = 64, K' = 128)
 =========  =======================================================  ==========  ==============================
 kernel     shared memory (dynamic; opted in above 48 KB)            KB / block  registers / thread
 =========  =======================================================  ==========  ==============================
-intra      K, Q rows [64, 132]; Aqk, Lkk -> A [64, 68]; inverse     107.75      72-96 (28: gates only, decay
+intra      K, Q rows [64, 132]; Aqk, Lkk -> A [64, 68]; inverse     107.75      85-106 (32: gates only, decay
            scratch; gates. 2 blocks per SM: launch bounds (256, 2)              without output)
-state      row blocks [2 x 64, 132]; S [128, 68]; V_new [64, 68];   117.5       96-128 (the gated delta rule
-           gates. 1 block of 512 threads per SM: launch bounds                  with h0 and ht: 128 and 108
-           (512, 1), so <= 128 registers                                        bytes of spill)
+state      row blocks [2 x 64, 132] (delta with output: 3); S [128,  117.5-151.5  113-128 (decay with h0 and
+           68]; V_new [64, 68]; gates; additive with output: the                ht: 492 bytes of spill)
+           parts of the split P1 [2 x 64, 68]. 1 block of 512
+           threads per SM: launch bounds (512, 1), so <= 128 regs
 =========  =======================================================  ==========  ==============================
 
 No kernel uses local memory in its PTX (the compile tier checks it).
@@ -90,17 +99,18 @@ from global memory once; FLOPs as executed, 2 per FMA, per token-head)
 =========  ==========================================================  ==========================================
 kernel     global memory                                               FLOPs per token-head
 =========  ==========================================================  ==========================================
-intra      read q, k, v 768 MiB; write u2 256 MiB (additive, output);  additive: Q K^T 2 C K (whole C x C square)
-           delta: also w, u, qp 768 MiB                                = 16 k, Aqk V ~ C V = 8.7 k;
-                                                                       delta: + K K^T 16 k, W, U, Q', U'' ~35 k
+intra      read q, k, v 768 MiB; write u2 256 MiB (additive, output);  additive: Q K^T 2 C K x 10/16 (the sub-
+           delta: also w, u, qp 768 MiB                                tiles on and below the diagonal) = 10 k,
+                                                                       Aqk V ~ C V = 8.7 k; delta: + K K^T 10 k,
+                                                                       W, U, Q', U'' ~35 k
 state      read k, (q or w, qp), (v or u), u2: 1 GiB (1.25 GiB delta)  additive: [Q] S 2 K V = 33 k, update 33 k;
            once per value tile (2 tiles, the second read mostly from   delta: [W; Q'] S 66 k, update 33 k
            L2); write o 256 MiB
 =========  ==========================================================  ==========================================
 
-Summed: ~2.3 GiB and ~91 kFLOP per token-head (48 GFLOP) for the additive recurrences, ~3.3 GiB and ~167 kFLOP
-(88 GFLOP) for the delta rule; the definition's count (``bench.counted_flops``) is 66-115 kFLOP. At the fp32
-FMA peak (~67 TFLOP/s) that is 0.7 / 1.3 ms, at 4 TB/s 0.6 / 0.9 ms.
+Summed: ~2.3 GiB and ~85 kFLOP per token-head (44 GFLOP) for the additive recurrences, ~3.3 GiB and ~154 kFLOP
+(81 GFLOP) for the delta rule; the definition's count (``bench.counted_flops``) is 66-115 kFLOP. At the fp32
+FMA peak (~67 TFLOP/s) that is 0.66 / 1.2 ms, at 4 TB/s 0.6 / 0.9 ms.
 
 How the tiles were chosen
 -------------------------
@@ -112,11 +122,49 @@ tile halves the number of blocks that stage the same K, Q / W, Q' rows (a clear 
 for the additive recurrences). C = 128 is not offered: the intra
 kernel's shared memory would exceed an SM's 227 KB.
 
-What limits each kernel (from the per-kernel times of the tuning run): the state pass stages 96-128 KB per chunk
-into shared memory behind a barrier, with one block per SM nothing overlaps that wait, and it runs at a
-fraction of the FMA peak; the delta rule's intra kernel adds the inverse's short, barrier-separated steps and
-four more products. Overlapping the staging of chunk c + 1 with the arithmetic of chunk c (double-buffered
-shared memory filled by ``cp.async``) is the next step, and so is a narrower inverse (fewer, wider threads).
+What limits each kernel, and what was done about it
+--------------------------------------------------
+``tools/h200.sh ncu_src`` samples every warp's stall reason at each SASS instruction (Nsight Compute's
+SourceCounters) and ``tools/ncu_phases.py`` splits the samples at the block barriers, giving each phase's
+share of a kernel's time. Shares in %, at B1 T8192 H16 K=V=128, before (d3650db) and after (a1325d3) item 6 and
+the inverse's partial sums (``figures/data/probes/h200_ncu_phases_*.json``, from the ``h200_ncu_src_*`` files
+beside them; the intra kernel's later changes, below, came after this profile):
+
+=====================  ==========================================  ======  =====  ===================================
+kernel                 phase                                       before  after  warps mostly waiting on
+=====================  ==========================================  ======  =====  ===================================
+state, decay           staging Q, K, V                             24.7    27.3   global loads
+                       P1 Q S (and the sum of its parts, after)    44.5    34.9   the barrier: before, half the
+                                                                                  threads had no tile
+                       P2 the update                               28.4    35.0   FMA issue
+state, gated delta     staging W, Q', U (and K, after)             16.5    26.5   global loads
+                       P1 [W; Q'] S                                39.8    44.4   shared loads, FMA issue
+                       K staged again over W                       20.1    --     global loads, the barrier
+                       P2 the update                               21.8    27.5   FMA issue
+intra, gated delta     staging K, Q; gates; scores                 25.2    28.7   FMA issue
+                       inverse: diagonal blocks (64 threads)       15.6    15.4   the barrier (192 threads idle)
+                       inverse: block rows                         20.0    12.2   shared loads, dependent FMAs
+                       W, Q' (Q' reads Q again from global)        20.5    21.4   global loads, the barrier
+                       staging V; U, U''                           18.5    22.1   the barrier (triangular work)
+=====================  ==========================================  ======  =====  ===================================
+
+Per kernel on the H200 (``tools/tune_r3.py``, standard shape, ms): the state kernel 3.01 -> 2.62 (delta) and
+3.21 -> 2.78 (gated delta), the intra kernel 2.40 -> 2.01 and 2.50 -> 2.14
+(``figures/data/probes/h200_r5_handoff_60be82d.json`` -> ``h200_tune_r3_cb88c76.json``). The additive split
+first made decay slower (state 2.14 -> 2.37 ms: ptxas spilled 352 bytes with the extra registers); as an
+if / else, with U'' read in the summing step, it does not spill. Then the intra kernel's scores skip the 6 of
+16 sub-tiles that lie above the diagonal, Q' reads Q with 128-bit loads and one exponential per row, and K is
+scaled by the threads the diagonal solve leaves idle. The whole forward, bench at 33dedac
+(``figures/data/h200_r3_33dedac.json``, the README's table) against d3650db: plain 2.69 -> 2.54, decay
+2.89 -> 2.75, delta 5.42 -> 4.44, gated delta 5.72 -> 4.67 ms.
+
+What still limits r3: for the additive family the state pass, one block of 512 threads per SM, waits on its
+staging (a quarter of its time: nothing else can run while the block's loads are in flight) and then issues
+FMAs at about a quarter of the SM's rate; overlapping the staging with the arithmetic (double-buffered
+shared memory filled by ``cp.async``, or r5's producer warps) and a higher FMA rate per product (larger
+register tiles) are the next steps. For the delta family the intra kernel's inverse still has a serial phase
+on 2 of 8 warps, and its triangular products leave warps waiting at the barriers (a warp's work grows with its
+rows); pairing the rows 4 rr and C - 4 rr - 4 in one thread would even that out.
 
 Numerics: every product accumulates in float32; float16 inputs are converted on load; every exponent is a
 difference of in-chunk cumulative log-gates b_t - b_s <= 0 (gamma_t = exp(b_t), gamma_C / gamma_t =
@@ -701,7 +749,6 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
     KD = KP // KSPLIT  # each part's share of the inner dimension
     NE = C * BV4  # float4 elements of the output tile, summed over the parts by all threads
     EPT = (NE + NTH - 1) // NTH  # of them per thread
-    ZB = 4 * EPT  # local array sizes must be plain constants
     K_OFF = 2 * C * KS if (delta and out) else C * KS  # where the K rows sit during the state update
 
     def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):

@@ -149,8 +149,10 @@ to 4,032 for gated delta). Measured (H200, the same shapes, oracle-checked on tw
 10.53 ms; gated delta 9.36 ms against 10.98 ms and fla's 14.14 ms (1.51x). Phases 1 and 2 alone took 2.78 and 6.58
 ms, so phase 3 on r1 is ~6.6 and ~2.8 ms. Hence :data:`PHASE3` is r1 for both families; the 2x over fla is still not
 reached, and for the delta family phase 1 (r6's WY intra kernel and its state pass on V + K columns) is now two
-thirds of the time. The bench at 153e34f (``figures/data/h200_long_*_153e34f.json``, the README's long-context rows)
-agrees: decay 9.44 ms against fla's 10.53 (1.12x), gated delta 9.37 ms against 14.25 (1.52x).
+thirds of the time. The bench at 153e34f (``figures/data/h200_long_decay_153e34f.json``,
+``probes/h200_long_gdn_153e34f.json``) agrees: decay 9.44 ms against fla's 10.53 (1.12x), gated delta 9.37 ms
+against 14.25 (1.52x). With r3's faster intra kernel (the WY inverse in partial sums; r3's docstring) gated delta
+took 8.95 ms against fla's 14.32 (1.60x; ``figures/data/h200_long_gdn_a1325d3.json``, now the README's row).
 
 Numerics: everything float32. The affine maps are exact algebra (no approximation); the only difference from
 a single pass is the order of float32 sums (the scan composes products of up to NS maps), well inside the

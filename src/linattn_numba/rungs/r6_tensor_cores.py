@@ -96,7 +96,11 @@ the H200 it did not pay (``figures/data/probes/h200_tune_r6_delta_4f530d8.json``
 candidates left are the serial parts (the 16-row forward substitutions with 64 of 256 threads busy, the
 cumulative gates), the per-element exponentials and Q's second read from global memory, and its 2 GB of
 scratch traffic (w, u, qp, u2). The default (:data:`INTRA_DELTA`) stays r3's; the kernel is tested and kept as
-the starting point for that work.
+the starting point for that work. Those serial parts were then made shorter in r3's kernel, which this one shares:
+the inverse's sums in partial sums, K scaled during the diagonal solve, the scores' upper sub-tiles skipped, one
+exponential per row. Per kernel, r3's intra took 2.01 / 2.14 ms for delta / gated delta
+(``figures/data/probes/h200_tune_r3_cb88c76.json``, before the last three). In the bench at 33dedac r6 takes
+3.59 / 3.81 ms, where it took 4.14 / 4.40 ms before (``figures/data/h200_r3_33dedac.json``).
 
 Status: checked against the float64 oracle in the simulator (where the mma is a warp rendezvous that computes
 the tile product from every lane's fragments), compiled and assembled for sm_90, in the GPU test tier on the
