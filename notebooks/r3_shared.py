@@ -471,6 +471,59 @@ for doc in latest[-1:]:
                   f" at C = {best['chunk']}, BV = {best['bv']}")
 
 # %% [markdown]
+# Where inside each kernel the time goes: Nsight Compute samples every warp's stall reason at each instruction
+# (`tools/h200.sh ncu_src`), and `tools/ncu_phases.py` splits the samples at the block barriers. One bar per
+# kernel and profile (`figures/data/probes/h200_ncu_phases_<commit>.json`): d3650db is the rung before the split
+# P1, K's third row block and the inverse's partial sums, a1325d3 the rung after them (the docstring's table above).
+
+# %%
+def phase_profiles():
+    """[(commit, [kernel dicts])] of every ncu phase summary under figures/data, by file name."""
+    out = []
+    for p in sorted(glob.glob(os.path.join(data_dir or ".", "**", "*ncu_phases_*.json"), recursive=True)):
+        try:
+            with open(p) as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, list) and all(isinstance(k, dict) and "phases" in k for k in doc):
+            out.append((os.path.basename(p).rsplit("_", 1)[-1].split(".")[0], doc))
+    return out
+
+
+profiles = phase_profiles()
+names = ["intra, decay", "state, decay", "intra, gated delta", "state, gated delta"]  # ncu_src's launch order
+if not profiles:
+    print("No ncu phase summary (figures/data/**/*ncu_phases_*.json) yet: tools/h200.sh ncu_src, then "
+          "tools/ncu_phases.py --json.")
+else:
+    fig, ax = plt.subplots(figsize=(10, 0.5 + 0.45 * len(names) * len(profiles)))
+    labels, y = [], 0
+    cmap = plt.get_cmap("tab20")
+    colors = {}
+    for i, name in enumerate(names):
+        for sha, doc in profiles:
+            if i >= len(doc):
+                continue
+            left = 0.0
+            for ph in doc[i]["phases"]:
+                c = colors.setdefault(ph["phase"], cmap(len(colors) % 20))
+                ax.barh(y, 100 * ph["share"], left=left, color=c, edgecolor="white", lw=0.5,
+                        label=ph["phase"] if ph["phase"] not in ax.get_legend_handles_labels()[1] else None)
+                if ph["share"] > 0.06:
+                    ax.text(left + 50 * ph["share"], y, ph["phase"], ha="center", va="center", fontsize=6)
+                left += 100 * ph["share"]
+            labels.append(f"{name} ({sha})")
+            y += 1
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("share of the kernel's warp-stall samples (%)")
+    ax.set_title("r3's kernels phase by phase (B1 T8192 H16 K=V=128, H200)", fontsize=9)
+    ax.legend(fontsize=6, ncol=9, loc="upper center", bbox_to_anchor=(0.5, -0.16))
+    fig.tight_layout()
+    plt.show()
+
+# %% [markdown]
 # * The **state pass is sequential** over `T / C` chunks, with one block per `BV` value columns and head:
 #   `B · H · ceil(V / BV)` blocks in all (below, against the SM count). With few heads and a long sequence (one
 #   sequence, a couple of heads, as when prefilling a long prompt) most SMs idle while a handful of blocks walk
