@@ -660,7 +660,8 @@ def _p1_split(C, KP, delta, out):
 
     P1 of the additive family, X = Q S, is [C, K'] x [K', BV]: C BV / 16 micro-tiles for (K' / 4)(BV / 4) threads,
     so at C < K' only C / K' of the threads would have a tile and the rest would wait at the next barrier (half
-    of the state kernel's time for decay at C = 64, K' = 128: ``figures/data/h200_ncu_src_d3650db_1.csv``).
+    of the state kernel's time for decay at C = 64, K' = 128:
+    ``figures/data/probes/h200_ncu_src_d3650db_1.csv.gz``).
     Split K' into K' / C parts instead: every thread computes one tile over C of the K' columns, and the parts are
     summed from shared memory by all threads. The delta family's P1 [W; Q'] has 2C rows (every thread busy) or,
     state only, C rows whose sum V_new the same phase must finish: not split."""
@@ -805,9 +806,8 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
 
             # -- P1: X = rows @ S; delta rows -> V_new (in shared), output rows -> o --
             if KSPLIT > 1:
-                # split P1 (_p1_split): part tid // NT1 of K', its gamma_t X tile to shared memory; then this thread's
-                # U'' elements of the sum after the barrier are loaded (their latency hides behind the barrier;
-                # held across the product they would cost registers the ht variant spills)
+                # split P1 (_p1_split): part tid // NT1 of K', its gamma_t X tile to shared memory. U'' is read in
+                # the summing step after the barrier: loaded here and held, it cost registers (ptxas spilled)
                 part = tid // NT1
                 rr = (tid % NT1) // BV4
                 cc = tid % BV4

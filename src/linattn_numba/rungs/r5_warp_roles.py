@@ -132,9 +132,9 @@ against 2.707 / 2.774 / 4.942 / 5.049 ms (plain / decay / delta / gated delta).
 
 Since then r3's own state kernel caught up (its docstring, "What limits each kernel"): it stages K's rows with the
 chunk instead of a second time after P1, which r5's producers already did, and splits its additive P1 so that every
-thread has a tile. Both rungs also share r3's faster intra kernel. Bench at 33dedac (``figures/data/
-h200_r3_33dedac.json``, one run): r3 / r5 2.544 / 2.674 ms (plain), 2.752 / 2.751 (decay), 4.439 / 4.357
-(delta), 4.671 / 4.439 (gated delta). So r5 is now 1.00-1.05x r3, and 5 % slower for plain. Warp specialisation
+thread has a tile. Both rungs also share r3's faster intra kernel. Bench at 33dedac
+(``figures/data/h200_r3_33dedac.json``, one run): r3 / r5 2.544 / 2.674 ms (plain), 2.752 / 2.751 (decay),
+4.439 / 4.357 (delta), 4.671 / 4.439 (gated delta). So r5 is now 1.00-1.05x r3, and 5 % slower for plain. Warp specialisation
 still overlaps the staging (a quarter of r3's state-kernel time for the gated delta rule,
 ``figures/data/probes/h200_ncu_phases_a1325d3.json``), but its 8 consumer warps issue the products more slowly
 than r3's 16 warps, and that eats most of what the overlap saves.
