@@ -397,18 +397,24 @@ show_measurements(r3.NAME)
 show_doc(doc_between("How the tiles were chosen", "What limits each kernel"))
 
 
-def tune_runs():
-    """(path, document) of every tools/tune_r3.py JSON under figures/data (``*r3_tune*.json``, any subfolder)."""
+def json_docs(pattern, accept):
+    """(path, document) of every readable JSON file under figures/data (any subfolder) whose name matches
+    ``pattern`` and whose document ``accept`` takes, by file name."""
     out = []
-    for p in sorted(glob.glob(os.path.join(data_dir or ".", "**", "*r3_tune*.json"), recursive=True)):
+    for p in sorted(glob.glob(os.path.join(data_dir or ".", "**", pattern), recursive=True)):
         try:
             with open(p) as fh:
                 doc = json.load(fh)
         except (OSError, ValueError):
             continue
-        if isinstance(doc, dict) and isinstance(doc.get("recurrences"), dict):
+        if accept(doc):
             out.append((p, doc))
     return out
+
+
+def tune_runs():
+    """(path, document) of every tools/tune_r3.py JSON under figures/data (``*r3_tune*.json``)."""
+    return json_docs("*r3_tune*.json", lambda d: isinstance(d, dict) and isinstance(d.get("recurrences"), dict))
 
 
 tunes = tune_runs()
@@ -478,17 +484,10 @@ for doc in latest[-1:]:
 
 # %%
 def phase_profiles():
-    """[(commit, [kernel dicts])] of every ncu phase summary under figures/data, by file name."""
-    out = []
-    for p in sorted(glob.glob(os.path.join(data_dir or ".", "**", "*ncu_phases_*.json"), recursive=True)):
-        try:
-            with open(p) as fh:
-                doc = json.load(fh)
-        except (OSError, ValueError):
-            continue
-        if isinstance(doc, list) and all(isinstance(k, dict) and "phases" in k for k in doc):
-            out.append((os.path.basename(p).rsplit("_", 1)[-1].split(".")[0], doc))
-    return out
+    """[(commit, [kernel dicts])] of every ncu phase summary (tools/ncu_phases.py --json) under figures/data."""
+    docs = json_docs("*ncu_phases_*.json",
+                     lambda d: isinstance(d, list) and all(isinstance(k, dict) and "phases" in k for k in d))
+    return [(os.path.basename(p).rsplit("_", 1)[-1].split(".")[0], doc) for p, doc in docs]
 
 
 profiles = phase_profiles()
@@ -507,9 +506,10 @@ else:
                 continue
             left = 0.0
             for ph in doc[i]["phases"]:
+                first = ph["phase"] not in colors  # one legend entry per phase name
                 c = colors.setdefault(ph["phase"], cmap(len(colors) % 20))
                 ax.barh(y, 100 * ph["share"], left=left, color=c, edgecolor="white", lw=0.5,
-                        label=ph["phase"] if ph["phase"] not in ax.get_legend_handles_labels()[1] else None)
+                        label=ph["phase"] if first else None)
                 if ph["share"] > 0.06:
                     ax.text(left + 50 * ph["share"], y, ph["phase"], ha="center", va="center", fontsize=6)
                 left += 100 * ph["share"]

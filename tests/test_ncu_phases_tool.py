@@ -5,7 +5,10 @@ import csv
 import gzip
 import importlib.util
 import json
+import os
 import pathlib
+
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # the tool imports the package (its ncu name parser)
 
 import pytest
 

@@ -25,6 +25,8 @@ import json
 import sys
 from collections import Counter
 
+from linattn_numba.ncu import split_name  # ncu's (Numba-mangled) kernel names -> (module, factory, kernel)
+
 
 def read(path):
     """``(kernel name, rows)``: rows are dicts of the SASS listing (Address, Source, counters...)."""
@@ -78,8 +80,7 @@ def report(path, labels=None, file=sys.stdout):
     name, rows = read(path)
     ph = phases(rows)
     total = sum(p["samples"] for p in ph) or 1.0
-    parts = name.split("[")[0].split("::")
-    short = "::".join(p for p in parts if p.endswith("_kernel") or p.startswith("r")) or name
+    short = "::".join(x for x in split_name(name) if x)
     print(f"{path}: {short} ({len(rows)} instructions, {len(ph)} phases, {total:.0f} samples)", file=file)
     print(f"{'phase':<14}{'share':>7}  {'top stalls (share of the phase)':<52}{'FFMA':>10}{'LDS':>9}{'LDG':>9}"
           f"{'warp inst':>11}", file=file)
