@@ -141,7 +141,8 @@ BV_DEFAULT = 64
 # ==========================================================================================================
 # Given: the building blocks your kernels call, imported from the package's rung (one implementation for the
 # rung and the skeleton): 128-bit accesses (ld4, st4, prefetch_l2 from linattn_numba.vec), the 4x4 micro-tile
-# product _mm_nn, the staging loops _stage_input / _stage_input4 / _stage_scratch, _store_tile, the L2 prefetch
+# product _mm_nn, the staging loops _stage_input / _stage_input4 / _stage_scratch and the fixed-map stagers
+# _rows_stager (every size a constant; the factories below build them where _stager_fits), _store_tile, the L2 prefetch
 # _prefetch_rows3/4, a chunk's gates _chunk_gates, and the state kernel's one-call staging and prefetch
 # _stage_chunk / _prefetch_chunk. Read them in src/linattn_numba/rungs/r3_shared.py (or with
 # inspect.getsource); the launch code below also uses the package's _launch, _rows_aligned and scratch_buffers.
@@ -155,12 +156,14 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _prefetch_rows3,
     _prefetch_rows4,
     _rows_aligned,
+    _rows_stager,
     _scratch,
     _scratch_key,
     _stage_chunk,
     _stage_input,
     _stage_input4,
     _stage_scratch,
+    _stager_fits,
     _store_tile,
     scratch_buffers,
 )
@@ -232,6 +235,13 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
     NB = C // 16  # 16 x 16 blocks of the inversion
     KS, CS, RS = KP + 4, C + 4, CB + 4
     O_K, O_Q, O_AQK, O_LA, O_T, O_B, O_BETA, O_G, _ = _intra_layout(C, KP)
+    # fixed-map stagers (_rows_stager) where they fit with at most 8 loads of 16 bytes in flight per thread (C = 64:
+    # 8 for the K and Q rows, 4 for a value tile; C = 32 would need 16, C = 16 does not fit)
+    FAST = (vin and _stager_fits(KP, NTH) and _stager_fits(CB, NTH) and cdiv(C * KP // 4, NTH) <= QBATCH
+            and cdiv(C * CB // 4, NTH) <= QBATCH)
+    if FAST:
+        st_rows = _rows_stager(C, KP, NTH, False)  # K, Q
+        st_val = _rows_stager(C, CB, NTH, False)  # a value tile, rows times beta (delta rule)
 
     def intra(q, k, v, g, beta, bcum, w, u, qp, u2):
         """One chunk c (x) of one head bh (y): gates, scores, and (delta rule) the WY solve.
@@ -262,7 +272,9 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
         # 1. Stage. For t = tid, tid + NTH, ... < C: sm[O_G + t] = g[b, t0 + t, h] (has_g) and sm[O_BETA + t] =
         #    beta[b, t0 + t, h] (delta), float32, 0 for t >= n. K rows (if delta or out) into O_K and Q rows (if out)
         #    into O_Q, [C, KP] at row stride KS, e.g.  _stage_input(sm, O_K, KS, k, b, h, t0, n, K, 0, C, KP, tid,
-        #    NTH, False, 0)  -- _stage_input4, same arguments, when vin (128-bit loads of aligned float32 rows).
+        #    NTH, False, 0)  -- _stage_input4, same arguments, when vin (128-bit loads of aligned float32 rows);
+        #    when FAST, the factory's st_rows(sm, O_K, KS, k, b, h, t0, n, K, 0, tid, False, 0) does it with every size
+        #    a constant (and st_val(sm, O_Q, RS, v, b, h, t0, n, V, vb, tid, delta, O_BETA) a value tile, step 7).
         #    cuda.syncthreads()  -- protects: the staged rows are complete before any thread reads them.
         # 2. Gates (has_g). For t = tid, tid + NTH, ... < C: b_t = sum of sm[O_G + s] for s = 0 .. min(t, n - 1)
         #    (padded rows get the last token's b: g is 0 there); store it in sm[O_B + t] and in bcum[bh, t0 + t]
@@ -368,6 +380,13 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
     NE = C * BV4  # float4 elements of the output tile, summed over the parts by all threads
     EPT = (NE + NTH - 1) // NTH  # of them per thread
     K_OFF = 2 * C * KS if (delta and out) else C * KS  # where the K rows sit during the state update
+    # fixed-map stagers (_rows_stager) for float32 inputs with aligned rows; the general loops otherwise
+    FAST = vin and _stager_fits(KP, NTH) and _stager_fits(BV, NTH)
+    if FAST:
+        st_rows = _rows_stager(C, KP, NTH, False)  # Q, K
+        st_rows_s = _rows_stager(C, KP, NTH, True)  # W, Q'
+        st_val = _rows_stager(C, BV, NTH, False)  # V
+        st_val_s = _rows_stager(C, BV, NTH, True)  # U
 
     def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):
         """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk:
@@ -410,7 +429,11 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         #      diag(gamma_C / gamma) V_new.
         #    (The given _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, KP, V, v0, C,
         #    BV, tid, NTH, has_g, delta, out, vin, vec_v) does the first two row blocks and the value tile in one
-        #    call; for the delta rule with output stage K at O_A + K_OFF yourself.)
+        #    call; for the delta rule with output stage K at O_A + K_OFF yourself. Speed, optional: when FAST, the
+        #    factory's fixed-map stagers do the same with a fraction of the instructions: st_rows(sm, off, KS, x, b,
+        #    h, t0, n, K, 0, tid, False, 0) for q, k; st_rows_s(sm, off, KS, x, bh, t0, KP, 0, tid) for w, qp;
+        #    st_val(sm, O_V, VS, v, b, h, t0, n, V, v0, tid, has_g, O_F) and st_val_s(sm, O_V, VS, u, bh, t0, V, v0,
+        #    tid) for the value tile.)
         # 2. (Speed, optional: ask L2 for the next chunk's rows now, _prefetch_rows4 for inputs, _prefetch_rows3 for
         #    scratch, so that its staging hits L2 instead of HBM. A hint only: the results do not change. The given
         #    _prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t0 + C, min(C, T - t0 - C), K, KP, V, v0, BV, tid, NTH,
@@ -443,6 +466,8 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         #      x = ld4(sm, O_A + K_OFF + t * KS + 4 rg)   (k_t at this thread's 4 rows)
         #      y = ld4(sm, O_V + t * VS + 4 cg)           (V_new row t at its 4 columns, already scaled)
         #      S[4 i + j] += x[i] * y[j]                   a rank-1 update of the 4x4 block: 16 FMAs per 2 loads
+        #    (Speed, optional: take 4 rows t per step, their 8 ld4 into two local arrays before the 64 FMAs, so the
+        #    FMAs do not wait on their own loads and the loop's counting is paid once per 64 FMAs, not per 16.)
         #    cuda.syncthreads()  -- protects: the next chunk's staging overwrites K, V_new and the S tile only after
         #    every thread is done reading them.
         # Finally, if has_ht: ht[b, h, 4 rg + i, v0 + 4 cg + j] = S[4 i + j] for rows < K, columns < V. h0 and ht may

@@ -297,19 +297,27 @@ def _stage_input4(sm, off, stride, x, b, h, t0, n, lim, col0, rows, cols, tid, n
 
 
 @cuda.jit(device=True, inline="always")
-def _prefetch_rows4(x, b, h, t0, n, c0, cols, tid, nth):
-    """L2 prefetch of rows x[b, t0 : t0 + n, h, c0 : c0 + cols], one request per 32 elements (128 bytes)."""
-    lines = (cols + 31) // 32
-    for e in range(tid, n * lines, nth):
-        prefetch_l2(x, (b, t0 + e // lines, h, c0 + 32 * (e % lines)))
+def _prefetch_rows4(x, b, h, t0, n, c0, cols, lmax, tid, nth):
+    """L2 prefetch of rows x[b, t0 : t0 + n, h, c0 : c0 + cols], one request per 32 elements (128 bytes).
+
+    ``lmax`` >= ceil(cols / 32) is a compile-time constant at every call (a power of two: ceil(K' / 32), ceil(BV /
+    32)), so request e's row and line are a shift and a mask. With the runtime ceil(cols / 32) they were a 64-bit
+    division by a runtime value: loop bodies of 450-520 SASS instructions, four such loops per chunk in the
+    state kernel (``figures/data/probes/h200_ncu_src_a1325d3_1.csv.gz``)."""
+    for e in range(tid, n * lmax, nth):
+        line = e % lmax
+        if 32 * line < cols:
+            prefetch_l2(x, (b, t0 + e // lmax, h, c0 + 32 * line))
 
 
 @cuda.jit(device=True, inline="always")
-def _prefetch_rows3(x, bh, t0, n, c0, cols, tid, nth):
-    """L2 prefetch of rows x[bh, t0 : t0 + n, c0 : c0 + cols] of a scratch array."""
-    lines = (cols + 31) // 32
-    for e in range(tid, n * lines, nth):
-        prefetch_l2(x, (bh, t0 + e // lines, c0 + 32 * (e % lines)))
+def _prefetch_rows3(x, bh, t0, n, c0, cols, lmax, tid, nth):
+    """L2 prefetch of rows x[bh, t0 : t0 + n, c0 : c0 + cols] of a scratch array (``lmax`` as in
+    :func:`_prefetch_rows4`)."""
+    for e in range(tid, n * lmax, nth):
+        line = e % lmax
+        if 32 * line < cols:
+            prefetch_l2(x, (bh, t0 + e // lmax, c0 + 32 * line))
 
 
 @cuda.jit(device=True, inline="always")
@@ -347,6 +355,74 @@ def _stage_scratch(sm, off, stride, x, bh, t0, c0, lim, rows, cols, tid, nth, ve
                 e = e0 + r * nth
                 if e < total:
                     sm[off + (e // cols) * stride + e % cols] = buf[r]
+
+
+def _stager_fits(cols, nth):
+    """Whether :func:`_rows_stager` can stage rows of ``cols`` floats with ``nth`` threads (whole quads, and a
+    whole number of rows per pass of the block)."""
+    return cols % 4 == 0 and nth % (cols // 4) == 0
+
+
+@functools.lru_cache(maxsize=None)
+def _rows_stager(ROWS, COLS, NTH, scratch):
+    """A device function that copies ROWS rows of COLS floats from global to shared memory with 128-bit accesses,
+    every size a compile-time constant: each thread owns one column quad ``d`` and the rows ``tid // (COLS / 4)
+    + j NTH / (COLS / 4)``, issues all of its J loads, then stores them.
+
+    The general loops above (:func:`_stage_input4`, :func:`_stage_scratch`) take their sizes as arguments and
+    keep QBATCH = 8 loads in flight per pass, each one recomputing ``t = 4 e // cols``, ``d = 4 e % cols`` and the
+    4-D address: at the state kernel's 512 threads (4 quads per thread for Q and K, 2 for V) about 1,400 SASS
+    instructions per warp and chunk, half of them for predicated-off slots. Found first in r6 (as many
+    instructions as its chunk's two tensor-core products together); in r3's decay state kernel the staging phase
+    executed about 85 M integer instructions for 1.6 M global loads (B1 T8192 H16,
+    ``figures/data/probes/h200_ncu_src_a1325d3_1.csv.gz``), a quarter of the kernel's time, issue-bound rather
+    than waiting on memory. Here ``d`` and the row base are fixed per thread, so a load is an address add and a
+    compare. Used wherever the sizes fit (:func:`_stager_fits`) and the inputs are float32 with aligned rows.
+
+    ``scratch``: ``x`` is a [BH, T, n] scratch array (``stage(sm, off, stride, x, bh, t0, lim, c0, tid)``, rows
+    are not cut at the sequence end, as in r3); else a [B, T, H, n] input (``stage(sm, off, stride, x, b, h, t0,
+    n, lim, c0, tid, scaled, soff)``: rows t >= n are zero, rows times ``sm[soff + t]`` when ``scaled``). Columns
+    ``c0 + d >= lim`` are zero in both."""
+    QPR = COLS // 4
+    RSTEP = NTH // QPR
+    J = cdiv(ROWS, RSTEP)
+    JB = 4 * J
+
+    if scratch:
+        def stage(sm, off, stride, x, bh, t0, lim, c0, tid):
+            buf = cuda.local.array(JB, float32)
+            d = 4 * (tid % QPR)
+            tf = tid // QPR
+            for j in range(J):
+                t = tf + j * RSTEP
+                y = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+                if t < ROWS and c0 + d < lim:
+                    y = ld4(x, (bh, t0 + t, c0 + d))
+                for f in range(4):
+                    buf[4 * j + f] = y[f]
+            for j in range(J):
+                t = tf + j * RSTEP
+                if t < ROWS:
+                    st4(sm, off + t * stride + d, (buf[4 * j], buf[4 * j + 1], buf[4 * j + 2], buf[4 * j + 3]))
+    else:
+        def stage(sm, off, stride, x, b, h, t0, n, lim, c0, tid, scaled, soff):
+            buf = cuda.local.array(JB, float32)
+            d = 4 * (tid % QPR)
+            tf = tid // QPR
+            for j in range(J):
+                t = tf + j * RSTEP
+                y = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+                if t < ROWS and t < n and c0 + d < lim:
+                    y = ld4(x, (b, t0 + t, h, c0 + d))
+                for f in range(4):
+                    buf[4 * j + f] = y[f]
+            for j in range(J):
+                t = tf + j * RSTEP
+                if t < ROWS:
+                    sc = sm[soff + t] if scaled else float32(1.0)
+                    st4(sm, off + t * stride + d, (buf[4 * j] * sc, buf[4 * j + 1] * sc, buf[4 * j + 2] * sc,
+                                                   buf[4 * j + 3] * sc))
+    return cuda.jit(device=True, inline="always")(stage)
 
 
 @cuda.jit(device=True, inline="always")
@@ -472,6 +548,13 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
     NB = C // 16  # 16 x 16 blocks of the inversion
     KS, CS, RS = KP + 4, C + 4, CB + 4
     O_K, O_Q, O_AQK, O_LA, O_T, O_B, O_BETA, O_G, _ = _intra_layout(C, KP)
+    # fixed-map stagers (_rows_stager) where they fit with at most 8 loads of 16 bytes in flight per thread (C = 64:
+    # 8 for the K and Q rows, 4 for a value tile; C = 32 would need 16, C = 16 does not fit)
+    FAST = (vin and _stager_fits(KP, NTH) and _stager_fits(CB, NTH) and cdiv(C * KP // 4, NTH) <= QBATCH
+            and cdiv(C * CB // 4, NTH) <= QBATCH)
+    if FAST:
+        st_rows = _rows_stager(C, KP, NTH, False)  # K, Q
+        st_val = _rows_stager(C, CB, NTH, False)  # a value tile, rows times beta (delta rule)
 
     def intra(q, k, v, g, beta, bcum, w, u, qp, u2):
         """One chunk c (x) of one head bh (y): gates, scores, and (delta rule) the WY solve.
@@ -502,7 +585,12 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
                 sm[O_G + t] = float32(g[b, t0 + t, h]) if t < n else float32(0.0)
             if delta:
                 sm[O_BETA + t] = float32(beta[b, t0 + t, h]) if t < n else float32(0.0)
-        if vin:
+        if FAST:
+            if delta or out:
+                st_rows(sm, O_K, KS, k, b, h, t0, n, K, 0, tid, False, 0)
+            if out:
+                st_rows(sm, O_Q, KS, q, b, h, t0, n, K, 0, tid, False, 0)
+        elif vin:
             if delta or out:
                 _stage_input4(sm, O_K, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
             if out:
@@ -616,7 +704,9 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
 
         # U = A diag(beta) V (delta) and U'' = Aqk U (delta) or Aqk V (additive), CB value columns at a time
         for vb in range(0, V, CB):
-            if vin:
+            if FAST:
+                st_val(sm, O_Q, RS, v, b, h, t0, n, V, vb, tid, delta, O_BETA)
+            elif vin:
                 _stage_input4(sm, O_Q, RS, v, b, h, t0, n, V, vb, C, CB, tid, NTH, delta, O_BETA)
             else:
                 _stage_input(sm, O_Q, RS, v, b, h, t0, n, V, vb, C, CB, tid, NTH, delta, O_BETA)
@@ -723,18 +813,20 @@ def _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, 
 def _prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t1, n1, K, KP, V, v0, BV, tid, nth, delta, out):
     """Ask L2 for the rows of the chunk starting at ``t1`` (``n1`` tokens) that :func:`_stage_chunk` will read,
     so that its staging hits L2 instead of HBM."""
+    LK = (KP + 31) // 32  # compile-time bounds of the lines per row (KP, BV are constants at the call sites)
+    LV = (BV + 31) // 32
     if delta:
-        _prefetch_rows3(w, bh, t1, n1, 0, KP, tid, nth)
-        _prefetch_rows3(u, bh, t1, n1, v0, min(BV, V - v0), tid, nth)
+        _prefetch_rows3(w, bh, t1, n1, 0, KP, LK, tid, nth)
+        _prefetch_rows3(u, bh, t1, n1, v0, min(BV, V - v0), LV, tid, nth)
         if out:
-            _prefetch_rows3(qp, bh, t1, n1, 0, KP, tid, nth)
+            _prefetch_rows3(qp, bh, t1, n1, 0, KP, LK, tid, nth)
     else:
-        _prefetch_rows4(v, b, h, t1, n1, v0, min(BV, V - v0), tid, nth)
+        _prefetch_rows4(v, b, h, t1, n1, v0, min(BV, V - v0), LV, tid, nth)
         if out:
-            _prefetch_rows4(q, b, h, t1, n1, 0, K, tid, nth)
-    _prefetch_rows4(k, b, h, t1, n1, 0, K, tid, nth)
+            _prefetch_rows4(q, b, h, t1, n1, 0, K, LK, tid, nth)
+    _prefetch_rows4(k, b, h, t1, n1, 0, K, LK, tid, nth)
     if out:
-        _prefetch_rows3(u2, bh, t1, n1, v0, min(BV, V - v0), tid, nth)
+        _prefetch_rows3(u2, bh, t1, n1, v0, min(BV, V - v0), LV, tid, nth)
 
 
 @functools.lru_cache(maxsize=None)
@@ -751,6 +843,13 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
     NE = C * BV4  # float4 elements of the output tile, summed over the parts by all threads
     EPT = (NE + NTH - 1) // NTH  # of them per thread
     K_OFF = 2 * C * KS if (delta and out) else C * KS  # where the K rows sit during the state update
+    # fixed-map stagers (_rows_stager) for float32 inputs with aligned rows; the general loops otherwise
+    FAST = vin and _stager_fits(KP, NTH) and _stager_fits(BV, NTH)
+    if FAST:
+        st_rows = _rows_stager(C, KP, NTH, False)  # Q, K
+        st_rows_s = _rows_stager(C, KP, NTH, True)  # W, Q'
+        st_val = _rows_stager(C, BV, NTH, False)  # V
+        st_val_s = _rows_stager(C, BV, NTH, True)  # U
 
     def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):
         """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk:
@@ -774,6 +873,8 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         rg = tid // BV4
         S = cuda.local.array(16, float32)
         acc = cuda.local.array(16, float32)
+        xa = cuda.local.array(16, float32)  # P2's 4 rows of K and of V_new
+        ya = cuda.local.array(16, float32)
         for i in range(4):
             for j in range(4):
                 S[4 * i + j] = float32(0.0)
@@ -790,10 +891,26 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
             if NT1 > 0:
                 for i in range(4):
                     st4(sm, O_S + (rg * 4 + i) * VS + cg * 4, (S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]))
-            _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, KP, V, v0, C, BV, tid,
-                         NTH, has_g, delta, out, vin, vec_v)
+            if FAST:  # what _stage_chunk does, with every size a constant
+                if delta:
+                    st_rows_s(sm, O_A, KS, w, bh, t0, KP, 0, tid)
+                elif out:
+                    st_rows(sm, O_A, KS, q, b, h, t0, n, K, 0, tid, False, 0)
+                if delta and out:
+                    st_rows_s(sm, O_A + C * KS, KS, qp, bh, t0, KP, 0, tid)
+                else:
+                    st_rows(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, tid, False, 0)
+                if delta:
+                    st_val_s(sm, O_V, VS, u, bh, t0, V, v0, tid)
+                else:  # V, rows times gamma_C / gamma_t
+                    st_val(sm, O_V, VS, v, b, h, t0, n, V, v0, tid, has_g, O_F)
+            else:
+                _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, KP, V, v0, C, BV, tid,
+                             NTH, has_g, delta, out, vin, vec_v)
             if delta and out:  # K's rows in a third block now (not over W once P1 is done: one staging, one barrier)
-                if vin:
+                if FAST:
+                    st_rows(sm, O_A + K_OFF, KS, k, b, h, t0, n, K, 0, tid, False, 0)
+                elif vin:
                     _stage_input4(sm, O_A + K_OFF, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
                 else:
                     _stage_input(sm, O_A + K_OFF, KS, k, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0)
@@ -886,12 +1003,23 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
                 gc = math.exp(b_last)
                 for e in range(16):
                     S[e] *= gc
-            for t in range(C):  # rows past the sequence's end are zero in both factors: a fixed trip count
-                x = ld4(sm, O_A + K_OFF + t * KS + rg * 4)
-                y = ld4(sm, O_V + t * VS + cg * 4)
-                for i in range(4):
-                    for j in range(4):
-                        S[4 * i + j] += x[i] * y[j]
+            # 4 rows of K and V_new per step, their 8 loads issued before the step's 64 FMAs: one row per step
+            # (ld4, ld4, 16 FMAs) made each FMA group wait for its own loads, and Numba's loop counting (a 64-bit
+            # count with its selects) cost as many instructions as the FMAs. Rows past the sequence's end are zero
+            # in both factors: a fixed trip count. The sum runs over t in order, as one row per step did.
+            for t4 in range(C // 4):
+                pk = O_A + K_OFF + 4 * t4 * KS + rg * 4
+                pv = O_V + 4 * t4 * VS + cg * 4
+                for e in range(4):
+                    x = ld4(sm, pk + e * KS)
+                    y = ld4(sm, pv + e * VS)
+                    for f in range(4):
+                        xa[4 * e + f] = x[f]
+                        ya[4 * e + f] = y[f]
+                for e in range(4):
+                    for i in range(4):
+                        for j in range(4):
+                            S[4 * i + j] += xa[4 * e + i] * ya[4 * e + j]
             cuda.syncthreads()  # before the next chunk is staged over this one
         if has_ht:
             for i in range(4):

@@ -123,7 +123,7 @@ from ..mma import mma_3xtf32_split, mma_tf32, split_tf32
 from ..reference import RECURRENCES
 from ..vec import ld1, ld4, st2, st4
 from . import r3_shared as r3
-from .r3_shared import _chunk_gates, _prefetch_chunk, _stage_chunk, _stage_input
+from .r3_shared import _chunk_gates, _prefetch_chunk, _rows_stager, _stage_chunk, _stage_input, _stager_fits
 
 NAME = "tensor_cores"
 MAX_K = r3.MAX_K  # the intra kernel is r3's
@@ -237,70 +237,6 @@ def _mma_rows(sm, acc, ra, sa, pb, bk, bstep, b4, kend, ntiles, live, three):
     for k0 in range(0, kend, 8):
         a0, a1, a2, a3 = _frag_a(sm, ra + k0, 8 * sa, 4)
         _mma_tiles(sm, acc, a0, a1, a2, a3, pb + k0 * bk, bstep, b4, ntiles, live, three)
-
-
-def _stager_fits(cols, nth):
-    """Whether :func:`_rows_stager` can stage rows of ``cols`` floats with ``nth`` threads (whole quads, and a
-    whole number of rows per pass of the block)."""
-    return cols % 4 == 0 and nth % (cols // 4) == 0
-
-
-@functools.lru_cache(maxsize=None)
-def _rows_stager(ROWS, COLS, NTH, scratch):
-    """A device function that copies ROWS rows of COLS floats from global to shared memory with 128-bit accesses,
-    every size a compile-time constant: each thread owns one column quad ``d`` and the rows ``tid // (COLS / 4)
-    + j NTH / (COLS / 4)``, issues all of its J loads, then stores them.
-
-    r3's staging loops (:func:`r3_shared._stage_input4`) take their sizes as arguments and keep QBATCH = 8 loads in
-    flight per pass, each one recomputing ``t = 4 e // cols``, ``d = 4 e % cols`` and the 4-D address: at r6's
-    launch (512 threads; 4 quads per thread for Q and K, 2 for V) about 1,400 SASS instructions per warp and
-    chunk, half of them for predicated-off slots -- as many as the chunk's two tensor-core products together.
-    Here ``d`` and the row base are fixed per thread, so a load is an address add and a compare.
-
-    ``scratch``: ``x`` is a [BH, T, n] scratch array (``stage(sm, off, stride, x, bh, t0, lim, c0, tid)``, rows
-    are not cut at the sequence end, as in r3); else a [B, T, H, n] input (``stage(sm, off, stride, x, b, h, t0,
-    n, lim, c0, tid, scaled, soff)``: rows t >= n are zero, rows times ``sm[soff + t]`` when ``scaled``). Columns
-    ``c0 + d >= lim`` are zero in both."""
-    QPR = COLS // 4
-    RSTEP = NTH // QPR
-    J = cdiv(ROWS, RSTEP)
-    JB = 4 * J
-
-    if scratch:
-        def stage(sm, off, stride, x, bh, t0, lim, c0, tid):
-            buf = cuda.local.array(JB, float32)
-            d = 4 * (tid % QPR)
-            tf = tid // QPR
-            for j in range(J):
-                t = tf + j * RSTEP
-                y = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
-                if t < ROWS and c0 + d < lim:
-                    y = ld4(x, (bh, t0 + t, c0 + d))
-                for f in range(4):
-                    buf[4 * j + f] = y[f]
-            for j in range(J):
-                t = tf + j * RSTEP
-                if t < ROWS:
-                    st4(sm, off + t * stride + d, (buf[4 * j], buf[4 * j + 1], buf[4 * j + 2], buf[4 * j + 3]))
-    else:
-        def stage(sm, off, stride, x, b, h, t0, n, lim, c0, tid, scaled, soff):
-            buf = cuda.local.array(JB, float32)
-            d = 4 * (tid % QPR)
-            tf = tid // QPR
-            for j in range(J):
-                t = tf + j * RSTEP
-                y = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
-                if t < ROWS and t < n and c0 + d < lim:
-                    y = ld4(x, (b, t0 + t, h, c0 + d))
-                for f in range(4):
-                    buf[4 * j + f] = y[f]
-            for j in range(J):
-                t = tf + j * RSTEP
-                if t < ROWS:
-                    sc = sm[soff + t] if scaled else float32(1.0)
-                    st4(sm, off + t * stride + d, (buf[4 * j] * sc, buf[4 * j + 1] * sc, buf[4 * j + 2] * sc,
-                                                   buf[4 * j + 3] * sc))
-    return cuda.jit(device=True, inline="always")(stage)
 
 
 def _tiling(C, KP, BV, delta, out):
