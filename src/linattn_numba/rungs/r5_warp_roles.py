@@ -404,8 +404,6 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair):
         S = cuda.local.array(16, float32)
         acc = cuda.local.array(16, float32)
         pre = cuda.local.array(16, float32)
-        xa = cuda.local.array(16, float32)  # P2's 4 rows of K and of V_new
-        ya = cuda.local.array(16, float32)
         for i in range(4):
             for j in range(4):
                 S[4 * i + j] = float32(0.0)
@@ -465,21 +463,12 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair):
                     gc = sm[base + O_GC]
                     for e in range(16):
                         S[e] *= gc
-                # r3's P2 loop: 4 rows per step, 8 loads before 64 FMAs, a fixed trip count (rows past n are zero
-                # in K and V_new: zero-filled copies, f_t = 0)
-                for t4 in range(C // 4):
-                    pk = base + K_OFF + 4 * t4 * KP + rg * 4
-                    pv = base + O_V + 4 * t4 * BV + cg * 4
-                    for e in range(4):
-                        x = ld4(sm, pk + e * KP)
-                        y = ld4(sm, pv + e * BV)
-                        for f in range(4):
-                            xa[4 * e + f] = x[f]
-                            ya[4 * e + f] = y[f]
-                    for e in range(4):
-                        for i in range(4):
-                            for j in range(4):
-                                S[4 * i + j] += xa[4 * e + i] * ya[4 * e + j]
+                for t in range(n):
+                    x = ld4(sm, base + K_OFF + t * KP + rg * 4)
+                    y = ld4(sm, base + O_V + t * BV + cg * 4)
+                    for i in range(4):
+                        for j in range(4):
+                            S[4 * i + j] += x[i] * y[j]
             if pair and c + 2 < NC:
                 barrier_arrive(BAR_EMPTY + s, NTOT)  # stage s may be refilled (with chunk c + 2)
         if has_ht and own:
