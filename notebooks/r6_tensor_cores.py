@@ -143,7 +143,8 @@ assert errs["3xTF32"] < 2e-6 < errs["TF32"]
 # * Shared memory is read with `vec.ld1`, not `sm[i]`: Numba's indexing with a signed index also handles
 #   negative indices, a compare and a select per access, which was most of the first version's instructions.
 # * The chunk's rows are staged by `_rows_stager` (every size a constant, one column quad per thread) instead of
-#   r3's general loops, which spent as many instructions per chunk as the two products.
+#   r3's general loops, which spent as many instructions per chunk as the two products. (Found here; r3 now has
+#   the stager and uses it too, so it lives in r3's module.)
 # * P1 needs `S` as a B operand (columns split across lanes differently from the accumulator), so once per
 #   chunk every lane writes its `Sf` to shared memory, and P1 reads it back after the staging barrier.
 # * Every `mma` sits in a loop whose trip count is the same for all lanes of a warp (tiles are assigned per

@@ -27,7 +27,10 @@ buffer ``h`` of per-chunk states, and inner loops that read each operand element
    of float32 inputs whose rows are 16-byte aligned, checked per call, and of the scratch) per thread before
    storing any, and the state pass asks L2 for the next chunk's rows (``prefetch.L2``) before computing on this
    one: one-at-a-time staging left both kernels waiting on memory latency (the first version of this rung
-   spent most of its time there; see tools/tune_r3.py's JSON for the history of a tuning run).
+   spent most of its time there; see tools/tune_r3.py's JSON for the history of a tuning run). Where every
+   size is a compile-time constant (float32 inputs with aligned rows, C = 64 in the intra kernel) the rows are
+   staged by fixed-map stagers (:func:`_rows_stager`: a thread owns one column quad and fixed rows), not by the
+   general loops, whose index arithmetic cost more instructions than the state pass's products.
 5. **(I + Lkk)^-1 in blocks.** r2 solved for W and U column by column (C sequential rows each). Here A is
    formed explicitly: the 16 x 16 diagonal blocks are inverted in parallel (one thread per column), then each
    16-row block row from those above, A_IJ = -A_II sum_{J <= M < I} L_IM A_MJ (two small products and two
@@ -40,6 +43,10 @@ buffer ``h`` of per-chunk states, and inner loops that read each operand element
    C of the K' columns, and after the barrier all threads sum the parts and write o. For the delta rule with
    output K's rows are staged with the chunk into a third row block, not over W once P1 is done (one barrier
    and one latency-bound staging fewer per chunk). Where these came from: the next section.
+7. **Few instructions around the FMAs.** The update S += K^T V_new takes 4 rows a step: 8 ``ld4`` into two
+   local arrays, then 64 FMAs (one row a step let each group of 16 FMAs wait on its own 2 loads, and Numba's
+   64-bit loop counting cost as many instructions as the FMAs). The L2 prefetch's row and line are a shift and a
+   mask (:func:`_prefetch_rows4`), not a 64-bit division by a runtime value.
 
 Pipeline (``forward`` launches them in this order)::
 
@@ -82,10 +89,10 @@ Shared memory and registers (ptxas for sm_90, float32 inputs, C = 64, K' = 128)
 =========  =======================================================  ==========  ==============================
 kernel     shared memory (dynamic; opted in above 48 KB)            KB / block  registers / thread
 =========  =======================================================  ==========  ==============================
-intra      K, Q rows [64, 132]; Aqk, Lkk -> A [64, 68]; inverse     107.75      85-106 (32: gates only, decay
+intra      K, Q rows [64, 132]; Aqk, Lkk -> A [64, 68]; inverse     107.75      96-105 (32: gates only, decay
            scratch; gates. 2 blocks per SM: launch bounds (256, 2)              without output)
-state      row blocks [2 x 64, 132] (delta with output: 3); S [128,  117.5-151.5  113-128 (decay with h0 and
-           68]; V_new [64, 68]; gates; additive with output: the                ht: 492 bytes of spill)
+state      row blocks [2 x 64, 132] (delta with output: 3); S [128,  117.5-151.5  96-128, no spills (float32
+           68]; V_new [64, 68]; gates; additive with output: the                inputs, aligned rows)
            parts of the split P1 [2 x 64, 68]. 1 block of 512
            threads per SM: launch bounds (512, 1), so <= 128 regs
 =========  =======================================================  ==========  ==============================
@@ -155,14 +162,27 @@ first made decay slower (state 2.14 -> 2.37 ms: ptxas spilled 352 bytes with the
 if / else, with U'' read in the summing step, it does not spill. Then the intra kernel's scores skip the 6 of
 16 sub-tiles that lie above the diagonal, Q' reads Q with 128-bit loads and one exponential per row, and K is
 scaled by the threads the diagonal solve leaves idle. The whole forward, bench at 33dedac
-(``figures/data/h200_r3_33dedac.json``, the README's table) against d3650db: plain 2.69 -> 2.54, decay
+(``figures/data/probes/h200_r3_33dedac.json``, the README's table) against d3650db: plain 2.69 -> 2.54, decay
 2.89 -> 2.75, delta 5.42 -> 4.44, gated delta 5.72 -> 4.67 ms.
 
-What still limits r3: for the additive family the state pass, one block of 512 threads per SM, waits on its
-staging (a quarter of its time: nothing else can run while the block's loads are in flight) and then issues
-FMAs at about a quarter of the SM's rate; overlapping the staging with the arithmetic (double-buffered
-shared memory filled by ``cp.async``, or r5's producer warps) and a higher FMA rate per product (larger
-register tiles) are the next steps. For the delta family the intra kernel's inverse still has a serial phase
+The staging's quarter of the decay state kernel was not memory latency: its samples sat on integer
+instructions. In ``h200_ncu_src_a1325d3_1.csv.gz`` the staging phase executed about 85 M integer instructions
+(IMAD, ISETP, LEA, SHF, SEL) for 1.6 M global loads -- the general loops' ``4 e // cols``, ``4 e % cols``, 4-D
+addresses and predicated-off batch slots -- and the update's loop 31 instructions for 16 FMAs, each FMA group
+waiting on its own 2 shared loads; the L2 prefetch loops were 450-520 SASS instructions each (a 64-bit division
+by a runtime line count). Item 4's fixed-map stagers and item 7 (read without a GPU: ``tools/sass.py`` counts
+the SASS per loop) took the decay state kernel from about 2.0 ms (the forward's 2.75 less its intra kernel's
+0.75) to 1.51 ms and the gated delta one from 2.78 to 2.16 ms; the intra kernels, whose staging changed the
+same way, now take 0.64 and 1.82 ms (0.75 and 2.14 at cb88c76, before 33dedac's intra changes;
+``figures/data/probes/h200_tune_r3_585c771.json``). The whole forward (``figures/data/h200_r3_585c771.json``,
+the README's table): plain 2.54 -> 2.01, decay 2.75 -> 2.15, delta 4.44 -> 3.80, gated delta 4.67 -> 3.98 ms.
+Profiled again (``figures/data/probes/h200_ncu_phases_9ed137f.json``): the decay state kernel's staging is
+15.8 % of its time, P1 42.6 % and P2 38.0 %; the gated delta state kernel's staging 11.9 %, P1 60.2 %.
+
+What still limits r3: for the additive family the state pass's two products, one block of 512 threads per
+SM, now wait on shared loads and on instruction issue (short_sb, not_selected): a 4x4 tile does 64 FMAs per
+8 128-bit shared loads. Larger register tiles (more FMAs per load) are the next step; overlapping the
+remaining staging with the arithmetic (double buffering by ``cp.async``) comes after. For the delta family the intra kernel's inverse still has a serial phase
 on 2 of 8 warps, and its triangular products leave warps waiting at the barriers (a warp's work grows with its
 rows); pairing the rows 4 rr and C - 4 rr - 4 in one thread would even that out.
 
@@ -240,6 +260,45 @@ def _mm_nn(sm, acc, oa, sa, ob, sb, rr, rstep, c0, kdim):
             for e in range(4):
                 for j in range(4):
                     acc[4 * i + j] += a[4 * i + e] * bb[4 * e + j]
+
+
+@cuda.jit(device=True, inline="always")
+def _pair_row(p, i, C4):
+    """Row i (< 4) of the paired tile p of a [C, *] product with a lower-triangular left factor (C4 = C / 4):
+    rows 4 p, 4 p + 1 from the top half of the triangle's depth and 4 (C4 - 1 - p) + 2, + 3 from the other end."""
+    return 4 * p + i if i < 2 else 4 * (C4 - 1 - p) + i
+
+
+@cuda.jit(device=True, inline="always")
+def _mm_tri_pair(sm, acc, oa, sa, ob, sb, p, C4, c0):
+    """acc[4 i + j] += sum_m A[r_i, m] B[m, c0 + j], r_i = :func:`_pair_row` (p, i, C4), for a lower-triangular A
+    (A[r, m] = 0 for m > r): rows r stop at m < 4 (r // 4) + 4, as in :func:`_mm_nn`.
+
+    The 4 x 4 tile of rows 4 p .. 4 p + 3 (``_mm_nn``) has 4 p + 4 columns of A to sum: thread rows deep in the
+    triangle did 16 steps at C = 64 while the first ones did 1, and the block waited at the next barrier for the
+    deepest warp (the "barrier" stalls of the intra kernel's W, U and U'' phases,
+    ``figures/data/probes/h200_ncu_phases_9ed137f.json``). Pairing 2 rows from each end of the triangle gives
+    every thread (4 p + 4) + (4 (C4 - 1 - p) + 4) = 4 C4 + 4 columns (C + 4), 2 rows at a time: the deepest
+    thread's work drops from C to C / 2 + 2 steps of 4 rows' worth. The sum for each row still runs over m in
+    order."""
+    a = cuda.local.array(8, float32)
+    bb = cuda.local.array(16, float32)
+    for half in range(2):
+        r0 = 4 * p if half == 0 else 4 * (C4 - 1 - p) + 2
+        kend = 4 * p + 4 if half == 0 else 4 * (C4 - 1 - p) + 4
+        for m in range(0, kend, 4):
+            for i in range(2):
+                x = ld4(sm, oa + (r0 + i) * sa + m)
+                for e in range(4):
+                    a[4 * i + e] = x[e]
+            for e in range(4):
+                y = ld4(sm, ob + (m + e) * sb + c0)
+                for j in range(4):
+                    bb[4 * e + j] = y[j]
+            for i in range(2):
+                for e in range(4):
+                    for j in range(4):
+                        acc[8 * half + 4 * i + j] += a[4 * i + e] * bb[4 * e + j]
 
 
 @cuda.jit(device=True, inline="always")
@@ -659,6 +718,7 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
         cuda.syncthreads()  # scores complete; Q rows no longer needed (their space is reused)
 
         acc = cuda.local.array(16, float32)
+        qv = cuda.local.array(16, float32)  # Q's rows for Q' (float32, aligned rows)
         if delta:
             _wy_inverse(sm, O_K, KS, KP, O_BETA, O_B, O_LA, O_T, CS, C, NB, tid, NTH, has_g)
 
@@ -669,9 +729,9 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
                     cc = tile % CB4
                     for e in range(16):
                         acc[e] = float32(0.0)
-                    _mm_nn(sm, acc, O_LA, CS, O_K + kb, KS, 4 * rr, 1, cc * 4, 4 * rr + 4)
+                    _mm_tri_pair(sm, acc, O_LA, CS, O_K + kb, KS, rr, C4, cc * 4)
                     for i in range(4):
-                        r = 4 * rr + i
+                        r = _pair_row(rr, i, C4)
                         _store_tile(w, bh, t0 + r, kb + cc * 4, KP, acc, i, True)
                         if out:
                             st4(sm, O_Q + r * RS + cc * 4, (acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]))
@@ -682,17 +742,23 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
                         cc = tile % CB4
                         for e in range(16):
                             acc[e] = float32(0.0)
-                        _mm_nn(sm, acc, O_AQK, CS, O_Q, RS, 4 * rr, 1, cc * 4, 4 * rr + 4)
-                        for i in range(4):
-                            r = 4 * rr + i
-                            gr = math.exp(sm[O_B + r]) if has_g else float32(1.0)  # gamma_r, once per row
-                            col = kb + cc * 4
-                            if vin:  # Q's rows are 16-byte aligned and K a multiple of 4: one 128-bit load
+                        col = kb + cc * 4
+                        if vin:  # Q's rows (16-byte aligned, K a multiple of 4), loaded before the product so that
+                            # their trip from L2 overlaps it (loaded after it, the phase waited on them: long_sb)
+                            for i in range(4):
+                                r = _pair_row(rr, i, C4)
                                 y = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
                                 if r < n and col < K:
                                     y = ld4(q, (b, t0 + r, h, col))
                                 for j in range(4):
-                                    acc[4 * i + j] = y[j] * gr - acc[4 * i + j]
+                                    qv[4 * i + j] = y[j]
+                        _mm_tri_pair(sm, acc, O_AQK, CS, O_Q, RS, rr, C4, cc * 4)
+                        for i in range(4):
+                            r = _pair_row(rr, i, C4)
+                            gr = math.exp(sm[O_B + r]) if has_g else float32(1.0)  # gamma_r, once per row
+                            if vin:
+                                for j in range(4):
+                                    acc[4 * i + j] = qv[4 * i + j] * gr - acc[4 * i + j]
                             else:
                                 for j in range(4):
                                     x = float32(0.0)
@@ -717,9 +783,9 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
                     cc = tile % CB4
                     for e in range(16):
                         acc[e] = float32(0.0)
-                    _mm_nn(sm, acc, O_LA, CS, O_Q, RS, 4 * rr, 1, cc * 4, 4 * rr + 4)
+                    _mm_tri_pair(sm, acc, O_LA, CS, O_Q, RS, rr, C4, cc * 4)
                     for i in range(4):
-                        r = 4 * rr + i
+                        r = _pair_row(rr, i, C4)
                         _store_tile(u, bh, t0 + r, vb + cc * 4, V, acc, i, vec_v and vb + cc * 4 < V)
                         if out:
                             st4(sm, O_K + r * RS + cc * 4, (acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]))
@@ -731,9 +797,10 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
                     cc = tile % CB4
                     for e in range(16):
                         acc[e] = float32(0.0)
-                    _mm_nn(sm, acc, O_AQK, CS, o_rhs, RS, 4 * rr, 1, cc * 4, 4 * rr + 4)
+                    _mm_tri_pair(sm, acc, O_AQK, CS, o_rhs, RS, rr, C4, cc * 4)
                     for i in range(4):
-                        _store_tile(u2, bh, t0 + 4 * rr + i, vb + cc * 4, V, acc, i, vec_v and vb + cc * 4 < V)
+                        r = _pair_row(rr, i, C4)
+                        _store_tile(u2, bh, t0 + r, vb + cc * 4, V, acc, i, vec_v and vb + cc * 4 < V)
                 if not delta:
                     cuda.syncthreads()  # before the next tile is staged over this one
 

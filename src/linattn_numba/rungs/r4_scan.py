@@ -152,7 +152,9 @@ reached, and for the delta family phase 1 (r6's WY intra kernel and its state pa
 thirds of the time. The bench at 153e34f (``figures/data/h200_long_decay_153e34f.json``,
 ``probes/h200_long_gdn_153e34f.json``) agrees: decay 9.44 ms against fla's 10.53 (1.12x), gated delta 9.37 ms
 against 14.25 (1.52x). With r3's faster intra kernel (the WY inverse in partial sums; r3's docstring) gated delta
-took 8.95 ms against fla's 14.32 (1.60x; ``figures/data/h200_long_gdn_a1325d3.json``, now the README's row).
+took 8.95 ms against fla's 14.32 (1.60x; ``figures/data/probes/h200_long_gdn_a1325d3.json``). With r3's staging by
+fixed-map stagers (its intra kernel is r6's for the delta family) 8.59 ms against fla's 14.31 (1.67x) and r3's 69.7
+(8.1x; ``figures/data/h200_long_gdn_9ed137f.json``, the README's row).
 
 Numerics: everything float32. The affine maps are exact algebra (no approximation); the only difference from
 a single pass is the order of float32 sums (the scan composes products of up to NS maps), well inside the

@@ -133,11 +133,20 @@ against 2.707 / 2.774 / 4.942 / 5.049 ms (plain / decay / delta / gated delta).
 Since then r3's own state kernel caught up (its docstring, "What limits each kernel"): it stages K's rows with the
 chunk instead of a second time after P1, which r5's producers already did, and splits its additive P1 so that every
 thread has a tile. Both rungs also share r3's faster intra kernel. Bench at 33dedac
-(``figures/data/h200_r3_33dedac.json``, one run): r3 / r5 2.544 / 2.674 ms (plain), 2.752 / 2.751 (decay),
+(``figures/data/probes/h200_r3_33dedac.json``, one run): r3 / r5 2.544 / 2.674 ms (plain), 2.752 / 2.751 (decay),
 4.439 / 4.357 (delta), 4.671 / 4.439 (gated delta). So r5 is now 1.00-1.05x r3, and 5 % slower for plain. Warp specialisation
 still overlaps the staging (a quarter of r3's state-kernel time for the gated delta rule,
 ``figures/data/probes/h200_ncu_phases_a1325d3.json``), but its 8 consumer warps issue the products more slowly
 than r3's 16 warps, and that eats most of what the overlap saves.
+
+Then r3's staging stopped being expensive: it was integer instructions more than memory latency (r3's docstring,
+"What limits each kernel": fixed-map stagers, the update four rows a step). What r5 hides behind its producers
+r3 now mostly does not spend. Bench (``figures/data/h200_r3_585c771.json``, ``figures/data/h200_r5_9ed137f.json``,
+one session): r3 / r5 2.012 / 2.600 ms (plain), 2.150 / 2.669 (decay), 3.803 / 4.298 (delta), 3.979 / 4.379
+(gated delta): r5 is now 1.10-1.29x slower than r3. Its consumers still run r3's old update loop (one row per step):
+with r3's four-row loop and a fixed trip count, racecheck reported hazards in the pair hand-off
+(``figures/data/probes/h200_sanitize_par_585c771.txt``), not understood yet, so that change was taken back
+(``figures/data/h200_sanitize_par_9ed137f.txt``: clean).
 
 Numerics: the same operations in the same order as r3's state kernel (in the simulator r5's outputs equal
 r3's bit for bit); only the schedule changed.

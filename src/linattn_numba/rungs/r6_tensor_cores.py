@@ -34,7 +34,8 @@ than r3; SASS read with ``tools/sass.py``, ncu in ``probes/h200_ncu_r6_2fb682a.c
 * tiles side by side (:func:`_tiling`): a warp computes G1 tiles of P1 and its SG = 4 tiles of S in one row
   block, so each step's A fragment is loaded and split once for several ``mma``;
 * the split by bit mask (:func:`linattn_numba.mma.split_tf32`, 2 instructions; ``cvt.rna`` is about 4 on sm_90);
-* staging by fixed-map stagers (:func:`_rows_stager`) instead of r3's general loops;
+* staging by fixed-map stagers (:func:`_rows_stager`, found here and since moved to r3, whose state kernel uses
+  them too) instead of r3's general loops;
 * the additive output's U'' loaded before the ``mma`` steps that it is added to.
 
 Per kernel for decay (``figures/data/probes``): the state kernel went from 3.83 ms (first run) to 1.75 ms
@@ -100,7 +101,7 @@ the starting point for that work. Those serial parts were then made shorter in r
 the inverse's sums in partial sums, K scaled during the diagonal solve, the scores' upper sub-tiles skipped, one
 exponential per row. Per kernel, r3's intra took 2.01 / 2.14 ms for delta / gated delta
 (``figures/data/probes/h200_tune_r3_cb88c76.json``, before the last three). In the bench at 33dedac r6 takes
-3.59 / 3.81 ms, where it took 4.14 / 4.40 ms before (``figures/data/h200_r3_33dedac.json``).
+3.59 / 3.81 ms, where it took 4.14 / 4.40 ms before (``figures/data/probes/h200_r3_33dedac.json``).
 
 Status: checked against the float64 oracle in the simulator (where the mma is a warp rendezvous that computes
 the tile product from every lane's fragments), compiled and assembled for sm_90, in the GPU test tier on the
