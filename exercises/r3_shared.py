@@ -141,8 +141,7 @@ BV_DEFAULT = 64
 # ==========================================================================================================
 # Given: the building blocks your kernels call, imported from the package's rung (one implementation for the
 # rung and the skeleton): 128-bit accesses (ld4, st4, prefetch_l2 from linattn_numba.vec), the 4x4 micro-tile
-# product _mm_nn (and _mm_tri_pair / _pair_row, its version for lower-triangular left factors that balances the
-# threads' work), the staging loops _stage_input / _stage_input4 / _stage_scratch and the fixed-map stagers
+# product _mm_nn, the staging loops _stage_input / _stage_input4 / _stage_scratch and the fixed-map stagers
 # _rows_stager (every size a constant; the factories below build them where _stager_fits), _store_tile, the L2 prefetch
 # _prefetch_rows3/4, a chunk's gates _chunk_gates, and the state kernel's one-call staging and prefetch
 # _stage_chunk / _prefetch_chunk. Read them in src/linattn_numba/rungs/r3_shared.py (or with
@@ -153,8 +152,6 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     check_launch,
     _launch,
     _mm_nn,
-    _mm_tri_pair,
-    _pair_row,
     _prefetch_chunk,
     _prefetch_rows3,
     _prefetch_rows4,
@@ -307,11 +304,7 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
         #      for tile in range(tid, NTILE, NTH): rr = tile // CB4, cc = tile % CB4; acc = 0 (a 16-float array);
         #        _mm_nn(sm, acc, O_LA, CS, O_K + kb, KS, 4 * rr, 1, cc * 4, 4 * rr + 4)
         #      The inner dimension stops at 4 rr + 4: A is lower triangular, its columns past the tile's last row are
-        #      zero (the reason for contiguous rows here). (Speed, optional, in all four triangular products of
-        #      steps 6-7: _mm_tri_pair(sm, acc, O_LA, CS, O_K + kb, KS, rr, C4, cc * 4) takes rows 4 rr, 4 rr + 1
-        #      and two from the other end of the triangle, so every thread sums as many columns and no warp waits
-        #      for the deepest rows at the next barrier; row i of its tile is then r = _pair_row(rr, i, C4).)
-        #      For each row r = 4 rr + i: store it,
+        #      zero (the reason for contiguous rows here). For each row r = 4 rr + i: store it,
         #      _store_tile(w, bh, t0 + r, kb + cc * 4, KP, acc, i, True), and with out keep it in shared memory too,
         #      st4(sm, O_Q + r * RS + cc * 4, (acc[4 i], acc[4 i + 1], acc[4 i + 2], acc[4 i + 3])).
         #    With out: cuda.syncthreads()  -- protects: the W tile is complete before the Q' product reads it. Then

@@ -182,9 +182,14 @@ Profiled again (``figures/data/probes/h200_ncu_phases_9ed137f.json``): the decay
 What still limits r3: for the additive family the state pass's two products, one block of 512 threads per
 SM, now wait on shared loads and on instruction issue (short_sb, not_selected): a 4x4 tile does 64 FMAs per
 8 128-bit shared loads. Larger register tiles (more FMAs per load) are the next step; overlapping the
-remaining staging with the arithmetic (double buffering by ``cp.async``) comes after. For the delta family the intra kernel's inverse still has a serial phase
-on 2 of 8 warps, and its triangular products leave warps waiting at the barriers (a warp's work grows with its
-rows); pairing the rows 4 rr and C - 4 rr - 4 in one thread would even that out.
+remaining staging with the arithmetic (double buffering by ``cp.async``) comes after. For the delta family the
+intra kernel's inverse still has a serial phase on 2 of 8 warps, and its triangular products leave warps waiting
+at the barriers (a warp's work grows with its rows). Evening that out was tried and measured slower: every thread
+took 2 rows from each end of the triangle (rows 4 p, 4 p + 1 and 4 (C/4 - 1 - p) + 2, + 3: C + 4 columns each, 2 rows
+a step), and Q' loaded Q's rows before its product. The forward took 3.855 / 4.025 ms (delta / gated delta) against
+3.803 / 3.979 (``figures/data/probes/h200_ladder4_16def6c.json``, one session): 2-row steps issue more
+instructions per FMA (50 per 32 against 84 per 64), and the barrier waits they remove were mostly covered by the
+SM's second intra block. It was taken back.
 
 Numerics: every product accumulates in float32; float16 inputs are converted on load; every exponent is a
 difference of in-chunk cumulative log-gates b_t - b_s <= 0 (gamma_t = exp(b_t), gamma_C / gamma_t =
@@ -260,45 +265,6 @@ def _mm_nn(sm, acc, oa, sa, ob, sb, rr, rstep, c0, kdim):
             for e in range(4):
                 for j in range(4):
                     acc[4 * i + j] += a[4 * i + e] * bb[4 * e + j]
-
-
-@cuda.jit(device=True, inline="always")
-def _pair_row(p, i, C4):
-    """Row i (< 4) of the paired tile p of a [C, *] product with a lower-triangular left factor (C4 = C / 4):
-    rows 4 p, 4 p + 1 from the top half of the triangle's depth and 4 (C4 - 1 - p) + 2, + 3 from the other end."""
-    return 4 * p + i if i < 2 else 4 * (C4 - 1 - p) + i
-
-
-@cuda.jit(device=True, inline="always")
-def _mm_tri_pair(sm, acc, oa, sa, ob, sb, p, C4, c0):
-    """acc[4 i + j] += sum_m A[r_i, m] B[m, c0 + j], r_i = :func:`_pair_row` (p, i, C4), for a lower-triangular A
-    (A[r, m] = 0 for m > r): rows r stop at m < 4 (r // 4) + 4, as in :func:`_mm_nn`.
-
-    The 4 x 4 tile of rows 4 p .. 4 p + 3 (``_mm_nn``) has 4 p + 4 columns of A to sum: thread rows deep in the
-    triangle did 16 steps at C = 64 while the first ones did 1, and the block waited at the next barrier for the
-    deepest warp (the "barrier" stalls of the intra kernel's W, U and U'' phases,
-    ``figures/data/probes/h200_ncu_phases_9ed137f.json``). Pairing 2 rows from each end of the triangle gives
-    every thread (4 p + 4) + (4 (C4 - 1 - p) + 4) = 4 C4 + 4 columns (C + 4), 2 rows at a time: the deepest
-    thread's work drops from C to C / 2 + 2 steps of 4 rows' worth. The sum for each row still runs over m in
-    order."""
-    a = cuda.local.array(8, float32)
-    bb = cuda.local.array(16, float32)
-    for half in range(2):
-        r0 = 4 * p if half == 0 else 4 * (C4 - 1 - p) + 2
-        kend = 4 * p + 4 if half == 0 else 4 * (C4 - 1 - p) + 4
-        for m in range(0, kend, 4):
-            for i in range(2):
-                x = ld4(sm, oa + (r0 + i) * sa + m)
-                for e in range(4):
-                    a[4 * i + e] = x[e]
-            for e in range(4):
-                y = ld4(sm, ob + (m + e) * sb + c0)
-                for j in range(4):
-                    bb[4 * e + j] = y[j]
-            for i in range(2):
-                for e in range(4):
-                    for j in range(4):
-                        acc[8 * half + 4 * i + j] += a[4 * i + e] * bb[4 * e + j]
 
 
 @cuda.jit(device=True, inline="always")
@@ -718,7 +684,6 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
         cuda.syncthreads()  # scores complete; Q rows no longer needed (their space is reused)
 
         acc = cuda.local.array(16, float32)
-        qv = cuda.local.array(16, float32)  # Q's rows for Q' (float32, aligned rows)
         if delta:
             _wy_inverse(sm, O_K, KS, KP, O_BETA, O_B, O_LA, O_T, CS, C, NB, tid, NTH, has_g)
 
@@ -729,9 +694,9 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
                     cc = tile % CB4
                     for e in range(16):
                         acc[e] = float32(0.0)
-                    _mm_tri_pair(sm, acc, O_LA, CS, O_K + kb, KS, rr, C4, cc * 4)
+                    _mm_nn(sm, acc, O_LA, CS, O_K + kb, KS, 4 * rr, 1, cc * 4, 4 * rr + 4)
                     for i in range(4):
-                        r = _pair_row(rr, i, C4)
+                        r = 4 * rr + i
                         _store_tile(w, bh, t0 + r, kb + cc * 4, KP, acc, i, True)
                         if out:
                             st4(sm, O_Q + r * RS + cc * 4, (acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]))
@@ -742,23 +707,17 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
                         cc = tile % CB4
                         for e in range(16):
                             acc[e] = float32(0.0)
-                        col = kb + cc * 4
-                        if vin:  # Q's rows (16-byte aligned, K a multiple of 4), loaded before the product so that
-                            # their trip from L2 overlaps it (loaded after it, the phase waited on them: long_sb)
-                            for i in range(4):
-                                r = _pair_row(rr, i, C4)
+                        _mm_nn(sm, acc, O_AQK, CS, O_Q, RS, 4 * rr, 1, cc * 4, 4 * rr + 4)
+                        for i in range(4):
+                            r = 4 * rr + i
+                            gr = math.exp(sm[O_B + r]) if has_g else float32(1.0)  # gamma_r, once per row
+                            col = kb + cc * 4
+                            if vin:  # Q's rows are 16-byte aligned and K a multiple of 4: one 128-bit load
                                 y = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
                                 if r < n and col < K:
                                     y = ld4(q, (b, t0 + r, h, col))
                                 for j in range(4):
-                                    qv[4 * i + j] = y[j]
-                        _mm_tri_pair(sm, acc, O_AQK, CS, O_Q, RS, rr, C4, cc * 4)
-                        for i in range(4):
-                            r = _pair_row(rr, i, C4)
-                            gr = math.exp(sm[O_B + r]) if has_g else float32(1.0)  # gamma_r, once per row
-                            if vin:
-                                for j in range(4):
-                                    acc[4 * i + j] = qv[4 * i + j] * gr - acc[4 * i + j]
+                                    acc[4 * i + j] = y[j] * gr - acc[4 * i + j]
                             else:
                                 for j in range(4):
                                     x = float32(0.0)
@@ -783,9 +742,9 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
                     cc = tile % CB4
                     for e in range(16):
                         acc[e] = float32(0.0)
-                    _mm_tri_pair(sm, acc, O_LA, CS, O_Q, RS, rr, C4, cc * 4)
+                    _mm_nn(sm, acc, O_LA, CS, O_Q, RS, 4 * rr, 1, cc * 4, 4 * rr + 4)
                     for i in range(4):
-                        r = _pair_row(rr, i, C4)
+                        r = 4 * rr + i
                         _store_tile(u, bh, t0 + r, vb + cc * 4, V, acc, i, vec_v and vb + cc * 4 < V)
                         if out:
                             st4(sm, O_K + r * RS + cc * 4, (acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]))
@@ -797,10 +756,9 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
                     cc = tile % CB4
                     for e in range(16):
                         acc[e] = float32(0.0)
-                    _mm_tri_pair(sm, acc, O_AQK, CS, o_rhs, RS, rr, C4, cc * 4)
+                    _mm_nn(sm, acc, O_AQK, CS, o_rhs, RS, 4 * rr, 1, cc * 4, 4 * rr + 4)
                     for i in range(4):
-                        r = _pair_row(rr, i, C4)
-                        _store_tile(u2, bh, t0 + r, vb + cc * 4, V, acc, i, vec_v and vb + cc * 4 < V)
+                        _store_tile(u2, bh, t0 + 4 * rr + i, vb + cc * 4, V, acc, i, vec_v and vb + cc * 4 < V)
                 if not delta:
                     cuda.syncthreads()  # before the next tile is staged over this one
 

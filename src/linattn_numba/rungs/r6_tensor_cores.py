@@ -101,7 +101,10 @@ the starting point for that work. Those serial parts were then made shorter in r
 the inverse's sums in partial sums, K scaled during the diagonal solve, the scores' upper sub-tiles skipped, one
 exponential per row. Per kernel, r3's intra took 2.01 / 2.14 ms for delta / gated delta
 (``figures/data/probes/h200_tune_r3_cb88c76.json``, before the last three). In the bench at 33dedac r6 takes
-3.59 / 3.81 ms, where it took 4.14 / 4.40 ms before (``figures/data/probes/h200_r3_33dedac.json``).
+3.59 / 3.81 ms, where it took 4.14 / 4.40 ms before (``figures/data/probes/h200_r3_33dedac.json``). With r3's
+intra kernel staging by the fixed-map stagers (1.75 / 1.82 ms, ``figures/data/probes/h200_tune_r3_585c771.json``)
+and the prefetch's line counts as constants, r6 takes 1.66 / 1.79 / 3.55 / 3.69 ms (plain / decay / delta / gated
+delta; ``figures/data/h200_r6_r4_585c771.json``).
 
 Status: checked against the float64 oracle in the simulator (where the mma is a warp rendezvous that computes
 the tile product from every lane's fragments), compiled and assembled for sm_90, in the GPU test tier on the
