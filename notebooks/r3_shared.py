@@ -239,8 +239,8 @@ show_doc(doc_section("Shared memory and registers"))
 # launch code.
 
 # %%
-for name in ("_mm_nn", "_stage_input4", "_intra_kernel", "_stage_chunk", "_prefetch_chunk", "_state_kernel",
-             "launches"):
+for name in ("_mm_nn", "_stage_input4", "_rows_stager", "_intra_kernel", "_stage_chunk", "_prefetch_chunk",
+             "_state_kernel", "launches"):
     display(Markdown(f"**`{name}`**"))
     display(Code(inspect.getsource(getattr(r3, name)), language="python"))
 
@@ -255,6 +255,12 @@ for name in ("_mm_nn", "_stage_input4", "_intra_kernel", "_stage_chunk", "_prefe
 #   thread before storing any of them, so a load's latency is paid once per batch; 128-bit loads only where
 #   `_rows_aligned` says every row is 16-byte aligned. The state kernel also asks L2 for the next chunk's rows
 #   (`prefetch_l2`) before it computes on this one.
+# * Those loops take their sizes as arguments, so every load recomputes its row and column (`4 e // cols`,
+#   `4 e % cols`) and its 4-D address in 64-bit arithmetic. Where every size is a compile-time constant,
+#   `_rows_stager` builds a copy in which each thread owns one column quad and fixed rows: a load is an address
+#   add and a compare. In the decay state kernel the general loops had executed ~85 M integer instructions for
+#   1.6 M loads -- a quarter of the kernel's time that looked like waiting on memory and was instruction issue
+#   (the profile below, and the module docstring's "What limits each kernel").
 # * Shared memory is **one dynamic array** with hand-computed offsets (`_intra_layout`, `_state_layout`);
 #   regions are reused once consumed, each reuse behind a `syncthreads`: in `intra` the `Q` rows become the
 #   staged right-hand tile (the `W` tile for `Q'`, then the `V` tiles) and the `K` rows become `diag(βγ) K`,
@@ -413,8 +419,20 @@ def json_docs(pattern, accept):
 
 
 def tune_runs():
-    """(path, document) of every tools/tune_r3.py JSON under figures/data (``*r3_tune*.json``)."""
-    return json_docs("*r3_tune*.json", lambda d: isinstance(d, dict) and isinstance(d.get("recurrences"), dict))
+    """(path, document) of every tools/tune_r3.py JSON of rung r3 under figures/data (``*r3_tune*.json`` and
+    ``*tune_r3_*.json``), oldest first by the date each run recorded."""
+    import datetime
+
+    def is_r3(d):
+        return isinstance(d, dict) and isinstance(d.get("recurrences"), dict) and d.get("rung", "shared") == "shared"
+
+    def when(item):
+        try:
+            return datetime.datetime.strptime(item[1].get("date", ""), "%a %b %d %H:%M:%S %Y")
+        except ValueError:
+            return datetime.datetime.min
+
+    return sorted(json_docs("*r3_tune*.json", is_r3) + json_docs("*tune_r3_*.json", is_r3), key=when)
 
 
 tunes = tune_runs()
@@ -480,7 +498,8 @@ for doc in latest[-1:]:
 # Where inside each kernel the time goes: Nsight Compute samples every warp's stall reason at each instruction
 # (`tools/h200.sh ncu_src`), and `tools/ncu_phases.py` splits the samples at the block barriers. One bar per
 # kernel and profile (`figures/data/probes/h200_ncu_phases_<commit>.json`): d3650db is the rung before the split
-# P1, K's third row block and the inverse's partial sums, a1325d3 the rung after them (the docstring's table above).
+# P1, K's third row block and the inverse's partial sums, a1325d3 the rung after them (the docstring's table above),
+# 9ed137f the rung with the fixed-map stagers and the four-row update (the staging's share halves).
 
 # %%
 def phase_profiles():
@@ -529,7 +548,9 @@ else:
 #   sequence, a couple of heads, as when prefilling a long prompt) most SMs idle while a handful of blocks walk
 #   the chunks.
 # * Inside a block, the staging of each chunk waits behind a barrier with nothing to overlap it (one block per
-#   SM), and the delta rule's intra kernel adds the inverse's short, barrier-separated steps.
+#   SM; since the fixed-map stagers it is 12-16 % of the state kernel's time, see the 9ed137f bars), the products
+#   issue 64 FMAs per 8 shared loads, and the delta rule's intra kernel adds the inverse's short,
+#   barrier-separated steps.
 # * `W, U, Q', U''` still make one round trip through global memory between the two kernels.
 
 # %%
