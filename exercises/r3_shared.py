@@ -144,11 +144,13 @@ BV_DEFAULT = 64
 # product _mm_nn, the staging loops _stage_input / _stage_input4 / _stage_scratch and the fixed-map stagers
 # _rows_stager (every size a constant; the factories below build them where _stager_fits), _store_tile, the L2 prefetch
 # _prefetch_rows3/4, a chunk's gates _chunk_gates, and the state kernel's one-call staging and prefetch
-# _stage_chunk / _prefetch_chunk. Read them in src/linattn_numba/rungs/r3_shared.py (or with
-# inspect.getsource); the launch code below also uses the package's _launch, _rows_aligned and scratch_buffers.
+# _stage_chunk (its fixed-map version: _chunk_stager) / _prefetch_chunk. Read them in
+# src/linattn_numba/rungs/r3_shared.py (or with inspect.getsource); the launch code below also uses the package's
+# _launch, _rows_aligned and scratch_buffers.
 # ==========================================================================================================
 from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _chunk_gates,
+    _chunk_stager,
     check_launch,
     _launch,
     _mm_nn,
@@ -380,13 +382,11 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
     NE = C * BV4  # float4 elements of the output tile, summed over the parts by all threads
     EPT = (NE + NTH - 1) // NTH  # of them per thread
     K_OFF = 2 * C * KS if (delta and out) else C * KS  # where the K rows sit during the state update
-    # fixed-map stagers (_rows_stager) for float32 inputs with aligned rows; the general loops otherwise
+    stage_chunk = _chunk_stager(C, KP, BV, NTH, has_g, delta, out, vin)
+    # K's third row block (delta rule with output): the fixed-map stager where it fits, as stage_chunk decides
     FAST = vin and _stager_fits(KP, NTH) and _stager_fits(BV, NTH)
     if FAST:
-        st_rows = _rows_stager(C, KP, NTH, False)  # Q, K
-        st_rows_s = _rows_stager(C, KP, NTH, True)  # W, Q'
-        st_val = _rows_stager(C, BV, NTH, False)  # V
-        st_val_s = _rows_stager(C, BV, NTH, True)  # U
+        st_rows = _rows_stager(C, KP, NTH, False)
 
     def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):
         """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk:
@@ -429,11 +429,10 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         #      diag(gamma_C / gamma) V_new.
         #    (The given _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, KP, V, v0, C,
         #    BV, tid, NTH, has_g, delta, out, vin, vec_v) does the first two row blocks and the value tile in one
-        #    call; for the delta rule with output stage K at O_A + K_OFF yourself. Speed, optional: when FAST, the
-        #    factory's fixed-map stagers do the same with a fraction of the instructions: st_rows(sm, off, KS, x, b,
-        #    h, t0, n, K, 0, tid, False, 0) for q, k; st_rows_s(sm, off, KS, x, bh, t0, KP, 0, tid) for w, qp;
-        #    st_val(sm, O_V, VS, v, b, h, t0, n, V, v0, tid, has_g, O_F) and st_val_s(sm, O_V, VS, u, bh, t0, V, v0,
-        #    tid) for the value tile.)
+        #    call; for the delta rule with output stage K at O_A + K_OFF yourself. Speed, optional: the factory's
+        #    stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, V, v0, tid, vec_v) does the
+        #    same, by fixed-map stagers where every size is a constant (a fraction of the instructions); when FAST,
+        #    st_rows(sm, O_A + K_OFF, KS, k, b, h, t0, n, K, 0, tid, False, 0) stages K that way.)
         # 2. (Speed, optional: ask L2 for the next chunk's rows now, _prefetch_rows4 for inputs, _prefetch_rows3 for
         #    scratch, so that its staging hits L2 instead of HBM. A hint only: the results do not change. The given
         #    _prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t0 + C, min(C, T - t0 - C), K, KP, V, v0, BV, tid, NTH,

@@ -834,6 +834,38 @@ def _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, 
         _stage_input(sm, O_V, VS, v, b, h, t0, n, V, v0, C, BV, tid, nth, has_g, O_F)
 
 
+@functools.lru_cache(maxsize=None)
+def _chunk_stager(C, KP, BV, NTH, has_g, delta, out, vin):
+    """The state kernel's staging of one chunk (r3 and r6) as a device function ``stage(sm, O_A, O_V, O_F, KS, VS,
+    q, k, v, w, u, qp, b, h, bh, t0, n, K, V, v0, tid, vec_v)``: what :func:`_stage_chunk` does, by the fixed-map
+    stagers (:func:`_rows_stager`) for float32 inputs with aligned rows (``vin``) where the sizes fit, else by
+    :func:`_stage_chunk`'s general loops."""
+    if vin and _stager_fits(KP, NTH) and _stager_fits(BV, NTH):
+        st_rows = _rows_stager(C, KP, NTH, False)  # Q, K
+        st_rows_s = _rows_stager(C, KP, NTH, True)  # W, Q'
+        st_val = _rows_stager(C, BV, NTH, False)  # V
+        st_val_s = _rows_stager(C, BV, NTH, True)  # U
+
+        def stage(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, V, v0, tid, vec_v):
+            if delta:
+                st_rows_s(sm, O_A, KS, w, bh, t0, KP, 0, tid)
+            elif out:
+                st_rows(sm, O_A, KS, q, b, h, t0, n, K, 0, tid, False, 0)
+            if delta and out:
+                st_rows_s(sm, O_A + C * KS, KS, qp, bh, t0, KP, 0, tid)
+            else:
+                st_rows(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, tid, False, 0)
+            if delta:
+                st_val_s(sm, O_V, VS, u, bh, t0, V, v0, tid)
+            else:  # V, rows times gamma_C / gamma_t
+                st_val(sm, O_V, VS, v, b, h, t0, n, V, v0, tid, has_g, O_F)
+    else:
+        def stage(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, V, v0, tid, vec_v):
+            _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, KP, V, v0, C, BV, tid,
+                         NTH, has_g, delta, out, vin, vec_v)
+    return cuda.jit(device=True, inline="always")(stage)
+
+
 @cuda.jit(device=True, inline="always")
 def _prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t1, n1, K, KP, V, v0, BV, tid, nth, delta, out):
     """Ask L2 for the rows of the chunk starting at ``t1`` (``n1`` tokens) that :func:`_stage_chunk` will read,
@@ -868,13 +900,11 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
     NE = C * BV4  # float4 elements of the output tile, summed over the parts by all threads
     EPT = (NE + NTH - 1) // NTH  # of them per thread
     K_OFF = 2 * C * KS if (delta and out) else C * KS  # where the K rows sit during the state update
-    # fixed-map stagers (_rows_stager) for float32 inputs with aligned rows; the general loops otherwise
+    stage_chunk = _chunk_stager(C, KP, BV, NTH, has_g, delta, out, vin)
+    # K's third row block (delta rule with output): the fixed-map stager where it fits, as stage_chunk decides
     FAST = vin and _stager_fits(KP, NTH) and _stager_fits(BV, NTH)
     if FAST:
-        st_rows = _rows_stager(C, KP, NTH, False)  # Q, K
-        st_rows_s = _rows_stager(C, KP, NTH, True)  # W, Q'
-        st_val = _rows_stager(C, BV, NTH, False)  # V
-        st_val_s = _rows_stager(C, BV, NTH, True)  # U
+        st_rows = _rows_stager(C, KP, NTH, False)
 
     def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):
         """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk:
@@ -916,22 +946,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
             if NT1 > 0:
                 for i in range(4):
                     st4(sm, O_S + (rg * 4 + i) * VS + cg * 4, (S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]))
-            if FAST:  # what _stage_chunk does, with every size a constant
-                if delta:
-                    st_rows_s(sm, O_A, KS, w, bh, t0, KP, 0, tid)
-                elif out:
-                    st_rows(sm, O_A, KS, q, b, h, t0, n, K, 0, tid, False, 0)
-                if delta and out:
-                    st_rows_s(sm, O_A + C * KS, KS, qp, bh, t0, KP, 0, tid)
-                else:
-                    st_rows(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, tid, False, 0)
-                if delta:
-                    st_val_s(sm, O_V, VS, u, bh, t0, V, v0, tid)
-                else:  # V, rows times gamma_C / gamma_t
-                    st_val(sm, O_V, VS, v, b, h, t0, n, V, v0, tid, has_g, O_F)
-            else:
-                _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, KP, V, v0, C, BV, tid,
-                             NTH, has_g, delta, out, vin, vec_v)
+            stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, V, v0, tid, vec_v)
             if delta and out:  # K's rows in a third block now (not over W once P1 is done: one staging, one barrier)
                 if FAST:
                     st_rows(sm, O_A + K_OFF, KS, k, b, h, t0, n, K, 0, tid, False, 0)

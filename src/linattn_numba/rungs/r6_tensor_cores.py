@@ -127,7 +127,7 @@ from ..mma import mma_3xtf32_split, mma_tf32, split_tf32
 from ..reference import RECURRENCES
 from ..vec import ld1, ld4, st2, st4
 from . import r3_shared as r3
-from .r3_shared import _chunk_gates, _prefetch_chunk, _rows_stager, _stage_chunk, _stage_input, _stager_fits
+from .r3_shared import _chunk_gates, _chunk_stager, _prefetch_chunk, _rows_stager, _stage_input, _stager_fits
 
 NAME = "tensor_cores"
 MAX_K = r3.MAX_K  # the intra kernel is r3's
@@ -271,11 +271,9 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three, stor
     AG1, ASG = 4 * G1, 4 * SG  # accumulator counts (cuda.local.array needs a constant size)
     # float32 inputs with aligned rows (vin, which also means K and V multiples of 4) are staged by the fixed-map
     # stagers; others (float16, odd strides, tile shapes they do not fit) by r3's general loops
+    stage_chunk = _chunk_stager(C, KP, BV, NTH, has_g, delta, out, vin)  # the row blocks and the value tile
     FAST = vin and _stager_fits(KP, NTH) and _stager_fits(BV, NTH)
-    st_rows = _rows_stager(C, KP, NTH, False)  # Q, K
-    st_rows_s = _rows_stager(C, KP, NTH, True)  # W, Q'
-    st_val = _rows_stager(C, BV, NTH, False)  # V
-    st_val_s = _rows_stager(C, BV, NTH, True)  # U
+    st_rows = _rows_stager(C, KP, NTH, False)  # K over W and Q' (delta rule with output)
     # the additive output's U'' loaded before the mma steps (latency hidden); the delta rule's P1 takes 4 tiles at a
     # time, where 16 more live registers would spill (ptxas: 112 bytes), so it loads them after
     EARLY_U2 = out and not delta
@@ -337,22 +335,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three, stor
                         c0 = 8 * (st % TC)
                         for j in range(4):
                             sm[O_S + (r0 + g + 8 * (j // 2)) * VS + c0 + 2 * i4 + j % 2] = Sf[4 * e + j]
-            if FAST:  # what _stage_chunk does, by the fixed-map stagers
-                if delta:
-                    st_rows_s(sm, O_A, KS, w, bh, t0, KP, 0, tid)
-                elif out:
-                    st_rows(sm, O_A, KS, q, b, h, t0, n, K, 0, tid, False, 0)
-                if delta and out:
-                    st_rows_s(sm, O_A + C * KS, KS, qp, bh, t0, KP, 0, tid)
-                else:
-                    st_rows(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, tid, False, 0)
-                if delta:
-                    st_val_s(sm, O_V, VS, u, bh, t0, V, v0, tid)
-                else:
-                    st_val(sm, O_V, VS, v, b, h, t0, n, V, v0, tid, has_g, O_F)
-            else:
-                _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, KP, V, v0, C, BV,
-                             tid, NTH, has_g, delta, out, vin, vec_v)
+            stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, V, v0, tid, vec_v)
             cuda.syncthreads()  # everything staged, S included
 
             if c + 1 < NC:  # L2 prefetch of the next chunk's rows, as in r3
