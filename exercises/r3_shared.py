@@ -141,22 +141,29 @@ BV_DEFAULT = 64
 # ==========================================================================================================
 # Given: the building blocks your kernels call, imported from the package's rung (one implementation for the
 # rung and the skeleton): 128-bit accesses (ld4, st4, prefetch_l2 from linattn_numba.vec), the 4x4 micro-tile
-# product _mm_nn, the staging loops _stage_input / _stage_input4 / _stage_scratch and the fixed-map stagers
+# product _mm_nn (and _mm_nn8: 8 steps of the inner dimension per loop step, its loads first; kdim a multiple of
+# 8), the tile-to-thread map _quad_map (4 x 8 tiles per warp: one shared wavefront per load), the staging loops
+# _stage_input / _stage_input4 / _stage_scratch and the fixed-map stagers
 # _rows_stager (every size a constant; the factories below build them where _stager_fits), _store_tile, the L2 prefetch
 # _prefetch_rows3/4, a chunk's gates _chunk_gates, and the state kernel's one-call staging and prefetch
-# _stage_chunk (its fixed-map version: _chunk_stager) / _prefetch_chunk. Read them in
+# _stage_chunk (its fixed-map version: _chunk_stager) / _prefetch_chunk (fixed-map: _chunk_prefetcher, built on
+# _lines_prefetcher). Read them in
 # src/linattn_numba/rungs/r3_shared.py (or with inspect.getsource); the launch code below also uses the package's
 # _launch, _rows_aligned and scratch_buffers.
 # ==========================================================================================================
 from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _chunk_gates,
+    _chunk_prefetcher,
     _chunk_stager,
     check_launch,
     _launch,
+    _lines_prefetcher,
     _mm_nn,
+    _mm_nn8,
     _prefetch_chunk,
     _prefetch_rows3,
     _prefetch_rows4,
+    _quad_map,
     _rows_aligned,
     _rows_stager,
     _scratch,
@@ -436,7 +443,9 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         # 2. (Speed, optional: ask L2 for the next chunk's rows now, _prefetch_rows4 for inputs, _prefetch_rows3 for
         #    scratch, so that its staging hits L2 instead of HBM. A hint only: the results do not change. The given
         #    _prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t0 + C, min(C, T - t0 - C), K, KP, V, v0, BV, tid, NTH,
-        #    delta, out) does it for chunk c + 1.)
+        #    delta, out) does it for chunk c + 1; the factory's _chunk_prefetcher(C, KP, BV, NTH, delta, out) builds
+        #    the same by fixed maps, called as pf(q, k, v, w, u, qp, u2, b, h, bh, t0 + C, min(C, T - t0 - C), K, V,
+        #    v0, tid, c + 1).)
         # 3. X = [rows] S: P1_ROWS = C (delta + out) rows times the [KP, BV] state, NT1 4x4 tiles. For tile in
         #    range(tid, NT1, NTH): rr = tile // BV4, cc = tile % BV4; rows rr + R4 i, strided by R4 = P1_ROWS / 4 (for
         #    the delta rule with output every thread then gets 2 rows of W and 2 of Q': the branch below is balanced;
@@ -465,8 +474,9 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         #      x = ld4(sm, O_A + K_OFF + t * KS + 4 rg)   (k_t at this thread's 4 rows)
         #      y = ld4(sm, O_V + t * VS + 4 cg)           (V_new row t at its 4 columns, already scaled)
         #      S[4 i + j] += x[i] * y[j]                   a rank-1 update of the 4x4 block: 16 FMAs per 2 loads
-        #    (Speed, optional: take 4 rows t per step, their 8 ld4 into two local arrays before the 64 FMAs, so the
-        #    FMAs do not wait on their own loads and the loop's counting is paid once per 64 FMAs, not per 16.)
+        #    (Speed, optional: take 4 rows t per step (r3 takes 8), their 8 ld4 into two local arrays before the 64
+        #    FMAs, so the FMAs do not wait on their own loads and the loop's counting is paid once per 64 FMAs, not
+        #    per 16.)
         #    cuda.syncthreads()  -- protects: the next chunk's staging overwrites K, V_new and the S tile only after
         #    every thread is done reading them.
         # Finally, if has_ht: ht[b, h, 4 rg + i, v0 + 4 cg + j] = S[4 i + j] for rows < K, columns < V. h0 and ht may

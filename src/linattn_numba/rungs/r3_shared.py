@@ -268,6 +268,49 @@ def _mm_nn(sm, acc, oa, sa, ob, sb, rr, rstep, c0, kdim):
 
 
 @cuda.jit(device=True, inline="always")
+def _mm_nn8(sm, acc, oa, sa, ob, sb, rr, rstep, c0, kdim):
+    """:func:`_mm_nn` for an inner dimension ``kdim`` that is a multiple of 8 (the state kernel's): per step
+    8 values of m, all 16 loads issued before the 128 FMAs. The sum runs over m in the same order.
+
+    One step of 4 (86 SASS instructions: 8 loads, 64 FMAs, 14 of address and loop counting) made each group of
+    FMAs wait on its own loads (short scoreboard, a quarter of the state kernel's samples in its products); two
+    halve the counting per FMA and let the second half's loads arrive while the first half computes."""
+    a = cuda.local.array(32, float32)
+    bb = cuda.local.array(32, float32)
+    for m in range(0, kdim, 8):
+        for u in range(2):
+            for i in range(4):
+                x = ld4(sm, oa + (rr + rstep * i) * sa + m + 4 * u)
+                for e in range(4):
+                    a[16 * u + 4 * i + e] = x[e]
+            for e in range(4):
+                y = ld4(sm, ob + (m + 4 * u + e) * sb + c0)
+                for j in range(4):
+                    bb[16 * u + 4 * e + j] = y[j]
+        for u in range(2):
+            for i in range(4):
+                for e in range(4):
+                    for j in range(4):
+                        acc[4 * i + j] += a[16 * u + 4 * i + e] * bb[16 * u + 4 * e + j]
+
+
+@cuda.jit(device=True, inline="always")
+def _quad_map(idx, ncol, wide):
+    """(row, column) of 4x4 micro-tile ``idx`` in a grid of tiles ``ncol`` quads wide (rows a multiple of 4).
+
+    ``wide`` (``ncol`` a multiple of 8, a compile-time constant): a warp takes 4 rows x 8 columns of tiles, so
+    each of its 128-bit shared loads reads 4 distinct float4 of the left factor (64 bytes) or 8 of the right one
+    (128 bytes): one shared-memory wavefront each. Row-major (``idx // ncol``, 2 rows x 16 columns per warp at
+    ncol = 16) the right factor's 16 float4 are 256 bytes, two wavefronts: 12 wavefronts per 64 FMAs instead of 8.
+    """
+    if wide:
+        w = idx // 32
+        lane = idx % 32
+        return (w // (ncol // 8)) * 4 + lane // 8, (w % (ncol // 8)) * 8 + lane % 8
+    return idx // ncol, idx % ncol
+
+
+@cuda.jit(device=True, inline="always")
 def _stage_input(sm, off, stride, x, b, h, t0, n, lim, col0, rows, cols, tid, nth, scaled, soff):
     """sm[off + t stride + d] = x[b, t0 + t, h, col0 + d] (as float32; times sm[soff + t] when ``scaled``) for
     t < rows, d < cols; 0 where t >= n or col0 + d >= lim (the zero padding every product below relies on).
@@ -694,7 +737,7 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
                     cc = tile % CB4
                     for e in range(16):
                         acc[e] = float32(0.0)
-                    _mm_nn(sm, acc, O_LA, CS, O_K + kb, KS, 4 * rr, 1, cc * 4, 4 * rr + 4)
+                    _mm_nn8(sm, acc, O_LA, CS, O_K + kb, KS, 4 * rr, 1, cc * 4, 8 * (rr // 2 + 1))
                     for i in range(4):
                         r = 4 * rr + i
                         _store_tile(w, bh, t0 + r, kb + cc * 4, KP, acc, i, True)
@@ -707,7 +750,7 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
                         cc = tile % CB4
                         for e in range(16):
                             acc[e] = float32(0.0)
-                        _mm_nn(sm, acc, O_AQK, CS, O_Q, RS, 4 * rr, 1, cc * 4, 4 * rr + 4)
+                        _mm_nn8(sm, acc, O_AQK, CS, O_Q, RS, 4 * rr, 1, cc * 4, 8 * (rr // 2 + 1))
                         for i in range(4):
                             r = 4 * rr + i
                             gr = math.exp(sm[O_B + r]) if has_g else float32(1.0)  # gamma_r, once per row
@@ -742,7 +785,7 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
                     cc = tile % CB4
                     for e in range(16):
                         acc[e] = float32(0.0)
-                    _mm_nn(sm, acc, O_LA, CS, O_Q, RS, 4 * rr, 1, cc * 4, 4 * rr + 4)
+                    _mm_nn8(sm, acc, O_LA, CS, O_Q, RS, 4 * rr, 1, cc * 4, 8 * (rr // 2 + 1))
                     for i in range(4):
                         r = 4 * rr + i
                         _store_tile(u, bh, t0 + r, vb + cc * 4, V, acc, i, vec_v and vb + cc * 4 < V)
@@ -756,7 +799,7 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
                     cc = tile % CB4
                     for e in range(16):
                         acc[e] = float32(0.0)
-                    _mm_nn(sm, acc, O_AQK, CS, o_rhs, RS, 4 * rr, 1, cc * 4, 4 * rr + 4)
+                    _mm_nn8(sm, acc, O_AQK, CS, o_rhs, RS, 4 * rr, 1, cc * 4, 8 * (rr // 2 + 1))
                     for i in range(4):
                         _store_tile(u2, bh, t0 + 4 * rr + i, vb + cc * 4, V, acc, i, vec_v and vb + cc * 4 < V)
                 if not delta:
@@ -887,9 +930,85 @@ def _prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t1, n1, K, KP, V, v0, BV, t
 
 
 @functools.lru_cache(maxsize=None)
+def _lines_prefetcher(ROWS, LINES, NTH, ROT, scratch):
+    """A device function that asks L2 for ROWS rows of LINES cache lines (128 bytes each) by a fixed map, every
+    size a compile-time constant: request e = (tid + 32 c - ROT) mod NTH (+ NTH j) is row e // LINES, line
+    e % LINES (``c``: the chunk's index).
+
+    :func:`_prefetch_rows4`'s loop, ``range(tid, n lmax, nth)`` with a runtime end, compiled to 4x-unrolled
+    64-bit loop code of about 170 SASS instructions per call, and every call began at thread 0: at the state
+    kernel's 512 threads warps 0-7 issued all four calls per chunk and warps 8-15 none, then waited for them at
+    the barrier. ``ROT`` starts each array's requests where the one before ended, so every thread issues at most
+    ceil(total / NTH) requests. The map turns by a warp per chunk (``32 c``): with a fixed one the addresses'
+    per-thread parts do not change from chunk to chunk, and the compiler kept them out of the chunk loop, about
+    15 registers that the decay state kernel then spilled. ``scratch``: ``pf(x, bh, t0, n, c0, cols, tid, c)`` on
+    a [BH, T, n] array; else ``pf(x, b, h, t0, n, c0, cols, tid, c)`` on a [B, T, H, n] input."""
+    J = cdiv(ROWS * LINES, NTH)
+
+    if scratch:
+        def pf(x, bh, t0, n, c0, cols, tid, c):
+            e0 = (tid + 32 * c + (NTH - ROT)) % NTH
+            for j in range(J):
+                e = e0 + j * NTH
+                row = e // LINES
+                line = e % LINES
+                if row < n and 32 * line < cols:
+                    prefetch_l2(x, (bh, t0 + row, c0 + 32 * line))
+    else:
+        def pf(x, b, h, t0, n, c0, cols, tid, c):
+            e0 = (tid + 32 * c + (NTH - ROT)) % NTH
+            for j in range(J):
+                e = e0 + j * NTH
+                row = e // LINES
+                line = e % LINES
+                if row < n and 32 * line < cols:
+                    prefetch_l2(x, (b, t0 + row, h, c0 + 32 * line))
+    return cuda.jit(device=True, inline="always")(pf)
+
+
+@functools.lru_cache(maxsize=None)
+def _chunk_prefetcher(C, KP, BV, NTH, delta, out):
+    """What :func:`_prefetch_chunk` asks L2 for, by :func:`_lines_prefetcher`'s fixed maps, each array's
+    requests starting on the thread after the last one of the array before: ``pf(q, k, v, w, u, qp, u2, b, h,
+    bh, t1, n1, K, V, v0, tid, c)`` (``c``: the index of the chunk at ``t1``)."""
+    LK, LV = (KP + 31) // 32, (BV + 31) // 32
+    rot = [0]
+
+    def nxt(lines, scratch):
+        f = _lines_prefetcher(C, lines, NTH, rot[0] % NTH, scratch)
+        rot[0] += C * lines
+        return f
+
+    if delta:
+        pw, pu = nxt(LK, True), nxt(LV, True)
+        pq = nxt(LK, True) if out else None
+    else:
+        pv = nxt(LV, False)
+        pq = nxt(LK, False) if out else None
+    pk = nxt(LK, False)
+    pu2 = nxt(LV, True) if out else None
+
+    def pf(q, k, v, w, u, qp, u2, b, h, bh, t1, n1, K, V, v0, tid, c):
+        if delta:
+            pw(w, bh, t1, n1, 0, KP, tid, c)
+            pu(u, bh, t1, n1, v0, min(BV, V - v0), tid, c)
+            if out:
+                pq(qp, bh, t1, n1, 0, KP, tid, c)
+        else:
+            pv(v, b, h, t1, n1, v0, min(BV, V - v0), tid, c)
+            if out:
+                pq(q, b, h, t1, n1, 0, K, tid, c)
+        pk(k, b, h, t1, n1, 0, K, tid, c)
+        if out:
+            pu2(u2, bh, t1, n1, v0, min(BV, V - v0), tid, c)
+    return cuda.jit(device=True, inline="always")(pf)
+
+
+@functools.lru_cache(maxsize=None)
 def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
     BV4 = BV // 4
     NTH = (KP // 4) * BV4  # one 4x4 tile of the state [KP, BV] per thread
+    WIDE = BV4 % 8 == 0  # tiles to threads by _quad_map's 4 x 8 per warp (one wavefront per 128-bit load)
     KS, VS = KP + 4, BV + 4
     O_A, O_S, O_V, O_GM, O_F, O_P, _ = _state_layout(C, KP, BV, delta, out)
     P1_ROWS = C * (int(delta) + int(out))  # rows of [W; Q'] (or Q) that multiply the state
@@ -901,6 +1020,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
     EPT = (NE + NTH - 1) // NTH  # of them per thread
     K_OFF = 2 * C * KS if (delta and out) else C * KS  # where the K rows sit during the state update
     stage_chunk = _chunk_stager(C, KP, BV, NTH, has_g, delta, out, vin)
+    prefetch_chunk = _chunk_prefetcher(C, KP, BV, NTH, delta, out)
     # K's third row block (delta rule with output): the fixed-map stager where it fits, as stage_chunk decides
     FAST = vin and _stager_fits(KP, NTH) and _stager_fits(BV, NTH)
     if FAST:
@@ -924,12 +1044,11 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         h = bh % H
         v0 = cuda.blockIdx.x * BV
         tid = cuda.threadIdx.x
-        cg = tid % BV4
-        rg = tid // BV4
+        rg, cg = _quad_map(tid, BV4, WIDE)
         S = cuda.local.array(16, float32)
         acc = cuda.local.array(16, float32)
-        xa = cuda.local.array(16, float32)  # P2's 4 rows of K and of V_new
-        ya = cuda.local.array(16, float32)
+        xa = cuda.local.array(32, float32)  # P2's 8 rows of K and of V_new
+        ya = cuda.local.array(32, float32)
         for i in range(4):
             for j in range(4):
                 S[4 * i + j] = float32(0.0)
@@ -958,19 +1077,17 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
 
             # -- ask L2 for the next chunk's rows now, so that its staging hits L2 instead of HBM --
             if c + 1 < NC:
-                _prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t0 + C, min(C, T - t0 - C), K, KP, V, v0, BV, tid,
-                                NTH, delta, out)
+                prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t0 + C, min(C, T - t0 - C), K, V, v0, tid, c + 1)
 
             # -- P1: X = rows @ S; delta rows -> V_new (in shared), output rows -> o --
             if KSPLIT > 1:
                 # split P1 (_p1_split): part tid // NT1 of K', its gamma_t X tile to shared memory. U'' is read in
                 # the summing step after the barrier: loaded here and held, it cost registers (ptxas spilled)
                 part = tid // NT1
-                rr = (tid % NT1) // BV4
-                cc = tid % BV4
+                rr, cc = _quad_map(tid % NT1, BV4, WIDE)
                 for e in range(16):
                     acc[e] = float32(0.0)
-                _mm_nn(sm, acc, O_A + part * KD, KS, O_S + part * KD * VS, VS, rr, R4, cc * 4, KD)
+                _mm_nn8(sm, acc, O_A + part * KD, KS, O_S + part * KD * VS, VS, rr, R4, cc * 4, KD)
                 for i in range(4):
                     row = rr + R4 * i
                     gm = sm[O_GM + row] if has_g else float32(1.0)  # read now: the next chunk's gates replace it
@@ -978,11 +1095,10 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
                         (acc[4 * i] * gm, acc[4 * i + 1] * gm, acc[4 * i + 2] * gm, acc[4 * i + 3] * gm))
             else:
                 for tile in range(tid, NT1, NTH):
-                    rr = tile // BV4
-                    cc = tile % BV4
+                    rr, cc = _quad_map(tile, BV4, WIDE)
                     for e in range(16):
                         acc[e] = float32(0.0)
-                    _mm_nn(sm, acc, O_A, KS, O_S, VS, rr, R4, cc * 4, KP)
+                    _mm_nn8(sm, acc, O_A, KS, O_S, VS, rr, R4, cc * 4, KP)
                     for i in range(4):
                         row = rr + R4 * i
                         if delta and row < C:
@@ -1047,16 +1163,16 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
             # (ld4, ld4, 16 FMAs) made each FMA group wait for its own loads, and Numba's loop counting (a 64-bit
             # count with its selects) cost as many instructions as the FMAs. Rows past the sequence's end are zero
             # in both factors: a fixed trip count. The sum runs over t in order, as one row per step did.
-            for t4 in range(C // 4):
-                pk = O_A + K_OFF + 4 * t4 * KS + rg * 4
-                pv = O_V + 4 * t4 * VS + cg * 4
-                for e in range(4):
+            for t8 in range(C // 8):
+                pk = O_A + K_OFF + 8 * t8 * KS + rg * 4
+                pv = O_V + 8 * t8 * VS + cg * 4
+                for e in range(8):
                     x = ld4(sm, pk + e * KS)
                     y = ld4(sm, pv + e * VS)
                     for f in range(4):
                         xa[4 * e + f] = x[f]
                         ya[4 * e + f] = y[f]
-                for e in range(4):
+                for e in range(8):
                     for i in range(4):
                         for j in range(4):
                             S[4 * i + j] += xa[4 * e + i] * ya[4 * e + j]
