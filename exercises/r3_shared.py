@@ -379,6 +379,7 @@ def _state_layout(C, KP, BV, delta=False, out=False):
 def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
     BV4 = BV // 4
     NTH = (KP // 4) * BV4  # one 4x4 tile of the state [KP, BV] per thread
+    WIDE = BV4 % 8 == 0  # speed, optional: tiles to threads by _quad_map(idx, BV4, WIDE), 4 x 8 per warp
     KS, VS = KP + 4, BV + 4
     O_A, O_S, O_V, O_GM, O_F, O_P, _ = _state_layout(C, KP, BV, delta, out)
     P1_ROWS = C * (int(delta) + int(out))  # rows of [W; Q'] (or Q) that multiply the state
@@ -390,6 +391,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
     EPT = (NE + NTH - 1) // NTH  # of them per thread
     K_OFF = 2 * C * KS if (delta and out) else C * KS  # where the K rows sit during the state update
     stage_chunk = _chunk_stager(C, KP, BV, NTH, has_g, delta, out, vin)
+    prefetch_chunk = _chunk_prefetcher(C, KP, BV, NTH, delta, out)
     # K's third row block (delta rule with output): the fixed-map stager where it fits, as stage_chunk decides
     FAST = vin and _stager_fits(KP, NTH) and _stager_fits(BV, NTH)
     if FAST:

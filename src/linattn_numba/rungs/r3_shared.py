@@ -972,35 +972,43 @@ def _chunk_prefetcher(C, KP, BV, NTH, delta, out):
     requests starting on the thread after the last one of the array before: ``pf(q, k, v, w, u, qp, u2, b, h,
     bh, t1, n1, K, V, v0, tid, c)`` (``c``: the index of the chunk at ``t1``)."""
     LK, LV = (KP + 31) // 32, (BV + 31) // 32
-    rot = [0]
-
-    def nxt(lines, scratch):
-        f = _lines_prefetcher(C, lines, NTH, rot[0] % NTH, scratch)
-        rot[0] += C * lines
-        return f
-
+    # the arrays in the order asked for, (lines per row, scratch) each; array i's map starts at the sum of the
+    # requests before it (mod NTH). Without output the names of the arrays not asked for are bound to a map that
+    # is never called (their calls sit under ``if out``, a compile-time constant).
     if delta:
-        pw, pu = nxt(LK, True), nxt(LV, True)
-        pq = nxt(LK, True) if out else None
+        order = [(LK, True), (LV, True)] + ([(LK, True)] if out else [])  # w, u, (qp)
     else:
-        pv = nxt(LV, False)
-        pq = nxt(LK, False) if out else None
-    pk = nxt(LK, False)
-    pu2 = nxt(LV, True) if out else None
+        order = [(LV, False)] + ([(LK, False)] if out else [])  # v, (q)
+    order += [(LK, False)] + ([(LV, True)] if out else [])  # k, (u2)
+    rots = [sum(C * lines for lines, _ in order[:i]) % NTH for i in range(len(order))]
+    fns = [_lines_prefetcher(C, lines, NTH, r, scr) for (lines, scr), r in zip(order, rots)]
+    if delta:
+        pw, pu = fns[0], fns[1]
+        pq = fns[2] if out else fns[0]
+        pk = fns[3] if out else fns[2]
+        pu2 = fns[4] if out else fns[1]
 
-    def pf(q, k, v, w, u, qp, u2, b, h, bh, t1, n1, K, V, v0, tid, c):
-        if delta:
+        def pf(q, k, v, w, u, qp, u2, b, h, bh, t1, n1, K, V, v0, tid, c):
             pw(w, bh, t1, n1, 0, KP, tid, c)
             pu(u, bh, t1, n1, v0, min(BV, V - v0), tid, c)
             if out:
                 pq(qp, bh, t1, n1, 0, KP, tid, c)
-        else:
+            pk(k, b, h, t1, n1, 0, K, tid, c)
+            if out:
+                pu2(u2, bh, t1, n1, v0, min(BV, V - v0), tid, c)
+    else:
+        pv = fns[0]
+        pq = fns[1] if out else fns[0]
+        pk = fns[2] if out else fns[1]
+        pu2 = fns[3] if out else fns[0]
+
+        def pf(q, k, v, w, u, qp, u2, b, h, bh, t1, n1, K, V, v0, tid, c):
             pv(v, b, h, t1, n1, v0, min(BV, V - v0), tid, c)
             if out:
                 pq(q, b, h, t1, n1, 0, K, tid, c)
-        pk(k, b, h, t1, n1, 0, K, tid, c)
-        if out:
-            pu2(u2, bh, t1, n1, v0, min(BV, V - v0), tid, c)
+            pk(k, b, h, t1, n1, 0, K, tid, c)
+            if out:
+                pu2(u2, bh, t1, n1, v0, min(BV, V - v0), tid, c)
     return cuda.jit(device=True, inline="always")(pf)
 
 
