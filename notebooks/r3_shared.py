@@ -485,7 +485,9 @@ else:
 
 # %%
 show_doc(doc_between("What limits each kernel", "Numerics:"))
-latest = [doc for p, doc in tunes if "earlier" not in os.path.basename(p)]
+# the newest run that timed every recurrence (a probe of one recurrence, e.g. BV = 32 alone, is not r3's tuning)
+latest = [doc for p, doc in tunes
+          if "earlier" not in os.path.basename(p) and len(doc["recurrences"]) == len(reference.RECURRENCES)]
 for doc in latest[-1:]:
     for rec, res in doc["recurrences"].items():
         best = res.get("best") or {}
@@ -548,9 +550,10 @@ else:
 #   sequence, a couple of heads, as when prefilling a long prompt) most SMs idle while a handful of blocks walk
 #   the chunks.
 # * Inside a block, the staging of each chunk waits behind a barrier with nothing to overlap it (one block per
-#   SM; since the fixed-map stagers it is 12-16 % of the state kernel's time, see the 9ed137f bars), the products
-#   issue 64 FMAs per 8 shared loads, and the delta rule's intra kernel adds the inverse's short,
-#   barrier-separated steps.
+#   SM; since the fixed-map stagers it is 12-16 % of the state kernel's time, see the 9ed137f bars), the state
+#   pass is issue-bound (16 warps per SM issue every instruction: the FMAs were 57 % of them at 9ed137f, and the
+#   products' loops now issue 157 instructions per 128 FMAs), and the delta rule's intra kernel adds the
+#   inverse's short, barrier-separated steps.
 # * `W, U, Q', U''` still make one round trip through global memory between the two kernels.
 
 # %%

@@ -214,12 +214,12 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
 # long-context runs at B1 H2), (additive, delta family). The sequential rungs' cost is one block's walk through
 # the tokens (a block per SM, all blocks in one wave at the standard shape): the call's time / T. The scan's cost
 # is per token-head when its segments fill the GPU: the call's time / (B H T).
-# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 2.15 / 3.98 ms
-# (figures/data/h200_r3_585c771.json); r6: 1.79 / 3.69 ms (figures/data/h200_r6_r4_585c771.json); over 8192 tokens
-SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.262, 0.486), "tensor_cores": (0.219, 0.450)}
+# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 2.03 / 3.81 ms, r6: 1.80 /
+# 3.64 ms (figures/data/h200_r3_67a8c79.json); over 8192 tokens
+SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.248, 0.465), "tensor_cores": (0.220, 0.445)}
 # r4 with its default engine (r6) and phase 3 on r1: 9.42 ms over 2 x 1,048,576 (decay; figures/data/probes/
-# h200_r4_phase3_4f30af1.json), 8.59 ms over 2 x 262,144 (gated delta; figures/data/h200_long_gdn_9ed137f.json)
-SCAN_NS_PER_TOKEN_HEAD = (4.49, 16.38)
+# h200_r4_phase3_4f30af1.json), 8.57 ms over 2 x 262,144 (gated delta; figures/data/h200_long_gdn_67a8c79.json)
+SCAN_NS_PER_TOKEN_HEAD = (4.49, 16.34)
 SCAN_MARGIN = 0.8  # the scan must be estimated at least this much faster (the model has two points per family)
 
 

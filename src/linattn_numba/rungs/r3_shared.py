@@ -20,9 +20,11 @@ buffer ``h`` of per-chunk states, and inner loops that read each operand element
    output, plus the update S <- gamma_C S + K^T diag(gamma_C / gamma) V_new (additive: [Q] S and the update).
 3. **Register blocking with 128-bit shared loads.** Every product is computed in 4x4 micro-tiles per thread
    (16 accumulators); per 4 steps of the inner dimension a thread loads 4 + 4 float4 (``ld4``, one
-   ``ld.shared.v4.f32`` each: Numba alone emits 32-bit loads) and does 64 FMAs. Tiles are laid out so a warp
-   reads few distinct rows of the left factor (broadcast) and consecutive float4 of the right one, with rows
-   padded by 4 floats (16-byte alignment kept, bank conflicts avoided).
+   ``ld.shared.v4.f32`` each: Numba alone emits 32-bit loads) and does 64 FMAs, and one loop step takes 8
+   (``_mm_nn8``: 16 loads, then 128 FMAs). Tiles are laid out so a warp reads few distinct rows of the left factor
+   (broadcast) and consecutive float4 of the right one, with rows padded by 4 floats (16-byte alignment kept,
+   bank conflicts avoided); the state kernel's map (``_quad_map``) gives a warp 4 x 8 tiles, one shared-memory
+   wavefront per load.
 4. **Staging that keeps loads in flight.** Global -> shared copies load 8 values (or 8 float4: 128-bit loads
    of float32 inputs whose rows are 16-byte aligned, checked per call, and of the scratch) per thread before
    storing any, and the state pass asks L2 for the next chunk's rows (``prefetch.L2``) before computing on this
@@ -43,10 +45,12 @@ buffer ``h`` of per-chunk states, and inner loops that read each operand element
    C of the K' columns, and after the barrier all threads sum the parts and write o. For the delta rule with
    output K's rows are staged with the chunk into a third row block, not over W once P1 is done (one barrier
    and one latency-bound staging fewer per chunk). Where these came from: the next section.
-7. **Few instructions around the FMAs.** The update S += K^T V_new takes 4 rows a step: 8 ``ld4`` into two
-   local arrays, then 64 FMAs (one row a step let each group of 16 FMAs wait on its own 2 loads, and Numba's
-   64-bit loop counting cost as many instructions as the FMAs). The L2 prefetch's row and line are a shift and a
-   mask (:func:`_prefetch_rows4`), not a 64-bit division by a runtime value.
+7. **Few instructions around the FMAs.** The update S += K^T V_new takes 8 rows a step: 16 ``ld4`` into two
+   local arrays, then 128 FMAs (one row a step let each group of 16 FMAs wait on its own 2 loads, and Numba's
+   64-bit loop counting cost as many instructions as the FMAs); the products' loops take 8 steps of the inner
+   dimension too (``_mm_nn8``: 157 SASS instructions per 128 FMAs, against 86 per 64 for 4 steps). The L2
+   prefetch asks for each line by a fixed map (:func:`_chunk_prefetcher`): 20-odd instructions a request, not
+   a general loop of 170.
 
 Pipeline (``forward`` launches them in this order)::
 
@@ -76,7 +80,8 @@ intra      (NT, B H)        (C/4)^2 = 256     scores: a 4x4 tile of Aqk and Lkk,
 state      (V / BV, B H)    (K'/4)(BV/4)      the 4 x 4 block (rows 4 rg.., columns 4 cg..) of S, in registers for
                             = 512             the whole sequence; in X = [W; Q'] S a 4x4 tile, rows rr + 32 i;
                                               additive: part tid // 256 of K' (64 columns), a 4x4 tile of Q S,
-                                              rows rr + 16 i, then 2 float4 of the summed output tile
+                                              rows rr + 16 i, then 2 float4 of the summed output tile. (rg, cg)
+                                              and (rr, cc) from ``_quad_map``: a warp holds 4 x 8 tiles
 =========  ===============  ================  =====================================================================
 
 Synchronisation: ``intra`` has a barrier after the staging, the gates and the scores, 2 + 2 per block row in
@@ -89,7 +94,7 @@ Shared memory and registers (ptxas for sm_90, float32 inputs, C = 64, K' = 128)
 =========  =======================================================  ==========  ==============================
 kernel     shared memory (dynamic; opted in above 48 KB)            KB / block  registers / thread
 =========  =======================================================  ==========  ==============================
-intra      K, Q rows [64, 132]; Aqk, Lkk -> A [64, 68]; inverse     107.75      96-105 (32: gates only, decay
+intra      K, Q rows [64, 132]; Aqk, Lkk -> A [64, 68]; inverse     107.75      101-104 (32: gates only, decay
            scratch; gates. 2 blocks per SM: launch bounds (256, 2)              without output)
 state      row blocks [2 x 64, 132] (delta with output: 3); S [128,  117.5-151.5  96-128, no spills (float32
            68]; V_new [64, 68]; gates; additive with output: the                inputs, aligned rows)
@@ -179,10 +184,8 @@ the README's table): plain 2.54 -> 2.01, decay 2.75 -> 2.15, delta 4.44 -> 3.80,
 Profiled again (``figures/data/probes/h200_ncu_phases_9ed137f.json``): the decay state kernel's staging is
 15.8 % of its time, P1 42.6 % and P2 38.0 %; the gated delta state kernel's staging 11.9 %, P1 60.2 %.
 
-What still limits r3: for the additive family the state pass's two products, one block of 512 threads per
-SM, now wait on shared loads and on instruction issue (short_sb, not_selected): a 4x4 tile does 64 FMAs per
-8 128-bit shared loads. Larger register tiles (more FMAs per load) are the next step; overlapping the
-remaining staging with the arithmetic (double buffering by ``cp.async``) comes after. For the delta family the
+What limited r3 after that (9ed137f): for the additive family the state pass's two products, one block of 512
+threads per SM, waited on shared loads and on instruction issue (short_sb, not_selected). For the delta family the
 intra kernel's inverse still has a serial phase on 2 of 8 warps, and its triangular products leave warps waiting
 at the barriers (a warp's work grows with its rows). Evening that out was tried and measured slower: every thread
 took 2 rows from each end of the triangle (rows 4 p, 4 p + 1 and 4 (C/4 - 1 - p) + 2, + 3: C + 4 columns each, 2 rows
@@ -190,6 +193,33 @@ a step), and Q' loaded Q's rows before its product. The forward took 3.855 / 4.0
 3.803 / 3.979 (``figures/data/probes/h200_ladder4_16def6c.json``, one session): 2-row steps issue more
 instructions per FMA (50 per 32 against 84 per 64), and the barrier waits they remove were mostly covered by the
 SM's second intra block. It was taken back.
+
+Then the state pass was counted by its instructions. In the 9ed137f profile's executed-instruction counts
+(``h200_ncu_src_9ed137f_1.csv.gz``) FFMA was 57 % of the 238 M warp instructions of the decay state kernel, and in
+P1 and P2 a warp was issuing in about 18 % of the samples, 72 % of the 25 % that four warps per scheduler allow:
+issue-bound, with the loops' counting, addresses and the prefetch loops sharing the issue slots with the FMAs.
+The first guess, shared-memory wavefronts, was measured wrong: a warp of 2 x 16 tiles reads 256 bytes of the
+right factor per load (12 wavefronts per 64 FMAs), and mapped 4 x 8 per warp (``_quad_map``, 8 wavefronts) the state
+kernel took 1.504 / 2.175 ms (decay / gated delta) against 1.510 / 2.157
+(``figures/data/probes/h200_tune_r3_quadmap_04aff22.json``). Fewer instructions did pay: 8 steps of the inner
+dimension per loop step (``_mm_nn8``; the update 8 rows) and the prefetch by fixed maps (``_chunk_prefetcher``; a
+fixed map first spilled 72 bytes: its per-thread address parts never change, so the compiler kept them out of
+the chunk loop, and a map that turns a warp per chunk keeps them in it) took the state kernel to 1.392 / 2.023
+ms (``h200_tune_r3_state8_04aff22.json``), and ``_mm_nn8`` in the intra kernel's triangular products (the inner
+dimension rounded up to 8: the rows past the diagonal are zero, and a warp's 2 tile rows already ran to the
+longer one's length) took that to 0.639 / 1.783 ms (0.639 / 1.822; ``h200_tune_r3_67a8c79.json``). The whole
+forward (``figures/data/h200_r3_67a8c79.json``, the README's table): plain 2.01 -> 1.87, decay 2.15 -> 2.03, delta
+3.80 -> 3.64, gated delta 3.98 -> 3.81 ms. BV = 32 still loses (gated delta state kernel 2.595 ms,
+``h200_tune_r3_bv32_64de0f5.json``).
+
+What still limits r3: the decay state kernel does its 34.6 GFLOP (66 kFLOP per token-head, as executed) in 1.39
+ms, 25 TFLOP/s, 37 % of the FMA peak; one block of 16 warps per SM (128 blocks at this shape: one wave) must
+issue every instruction, and besides the FMAs it issues the staging, the output stores and the summing step
+(43 % of the instructions were not FMAs at 9ed137f; the loops' share of that is halved, the rest is not).
+The next steps are fewer instructions per chunk outside the loops (128-bit output stores, the staging's
+addresses in 32-bit arithmetic) and overlapping the staging with the products (``cp.async`` double buffering;
+numba-cuda has no ``cp.async``, inline PTX does). The intra kernel of the delta family (1.78 ms, half the forward)
+is the other half: its inverse's serial phase and its barriers.
 
 Numerics: every product accumulates in float32; float16 inputs are converted on load; every exponent is a
 difference of in-chunk cumulative log-gates b_t - b_s <= 0 (gamma_t = exp(b_t), gamma_C / gamma_t =

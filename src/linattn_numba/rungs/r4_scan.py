@@ -154,7 +154,9 @@ thirds of the time. The bench at 153e34f (``figures/data/h200_long_decay_153e34f
 against 14.25 (1.52x). With r3's faster intra kernel (the WY inverse in partial sums; r3's docstring) gated delta
 took 8.95 ms against fla's 14.32 (1.60x; ``figures/data/probes/h200_long_gdn_a1325d3.json``). With r3's staging by
 fixed-map stagers (its intra kernel is r6's for the delta family) 8.59 ms against fla's 14.31 (1.67x) and r3's 69.7
-(8.1x; ``figures/data/h200_long_gdn_9ed137f.json``, the README's row).
+(8.1x; ``figures/data/probes/h200_long_gdn_9ed137f.json``). With r3's intra kernel's products 8 steps of the
+inner dimension per loop step (67a8c79), 8.57 ms against fla's 14.29 (1.67x) and r3's 64.9 (7.6x;
+``figures/data/h200_long_gdn_67a8c79.json``, the README's row).
 
 Numerics: everything float32. The affine maps are exact algebra (no approximation); the only difference from
 a single pass is the order of float32 sums (the scan composes products of up to NS maps), well inside the

@@ -141,12 +141,15 @@ than r3's 16 warps, and that eats most of what the overlap saves.
 
 Then r3's staging stopped being expensive: it was integer instructions more than memory latency (r3's docstring,
 "What limits each kernel": fixed-map stagers, the update four rows a step). What r5 hides behind its producers
-r3 now mostly does not spend. Bench (``figures/data/h200_r3_585c771.json``, ``figures/data/h200_r5_9ed137f.json``,
-one session): r3 / r5 2.012 / 2.600 ms (plain), 2.150 / 2.669 (decay), 3.803 / 4.298 (delta), 3.979 / 4.379
+r3 now mostly does not spend. Bench (``figures/data/probes/h200_r3_585c771.json``,
+``figures/data/probes/h200_r5_9ed137f.json``, one session): r3 / r5 2.012 / 2.600 ms (plain), 2.150 / 2.669 (decay), 3.803 / 4.298 (delta), 3.979 / 4.379
 (gated delta): r5 is now 1.10-1.29x slower than r3. Its consumers still run r3's old update loop (one row per step):
 with r3's four-row loop and a fixed trip count, racecheck reported hazards in the pair hand-off
 (``figures/data/probes/h200_sanitize_par_585c771.txt``), not understood yet, so that change was taken back
-(``figures/data/h200_sanitize_par_9ed137f.txt``: clean).
+(``figures/data/h200_sanitize_par_9ed137f.txt``: clean). After r3's products took 8 steps of the inner dimension
+per loop step (67a8c79; r5 keeps its one-row update, and shares r3's intra kernel, which changed with them):
+r3 / r5 1.869 / 2.573 ms (plain), 2.032 / 2.661 (decay), 3.635 / 4.260 (delta), 3.806 / 4.335 (gated delta)
+(``figures/data/h200_r3_67a8c79.json``), r5 1.14-1.38x slower.
 
 Numerics: the same operations in the same order as r3's state kernel (in the simulator r5's outputs equal
 r3's bit for bit); only the schedule changed.

@@ -104,7 +104,9 @@ exponential per row. Per kernel, r3's intra took 2.01 / 2.14 ms for delta / gate
 3.59 / 3.81 ms, where it took 4.14 / 4.40 ms before (``figures/data/probes/h200_r3_33dedac.json``). With r3's
 intra kernel staging by the fixed-map stagers (1.75 / 1.82 ms, ``figures/data/probes/h200_tune_r3_585c771.json``)
 and the prefetch's line counts as constants, r6 takes 1.66 / 1.79 / 3.55 / 3.69 ms (plain / decay / delta / gated
-delta; ``figures/data/h200_r6_r4_585c771.json``).
+delta; ``figures/data/probes/h200_r6_r4_585c771.json``). With r3's intra kernel's triangular products 8 steps
+of the inner dimension per loop step (1.71 / 1.78 ms, ``figures/data/probes/h200_tune_r3_67a8c79.json``), 1.68 /
+1.80 / 3.51 / 3.64 ms (``figures/data/h200_r3_67a8c79.json``).
 
 Status: checked against the float64 oracle in the simulator (where the mma is a warp rendezvous that computes
 the tile product from every lane's fragments), compiled and assembled for sm_90, in the GPU test tier on the
