@@ -299,8 +299,10 @@ def _mm_nn(sm, acc, oa, sa, ob, sb, rr, rstep, c0, kdim):
 
 @cuda.jit(device=True, inline="always")
 def _mm_nn8(sm, acc, oa, sa, ob, sb, rr, rstep, c0, kdim):
-    """:func:`_mm_nn` for an inner dimension ``kdim`` that is a multiple of 8 (the state kernel's): per step
-    8 values of m, all 16 loads issued before the 128 FMAs. The sum runs over m in the same order.
+    """:func:`_mm_nn` for an inner dimension ``kdim`` that is a multiple of 8 (the state kernel's products; the
+    intra kernel's triangular ones with their length rounded up to 8, the left factor being zero past its
+    diagonal): per step 8 values of m, all 16 loads issued before the 128 FMAs. The sum runs over m in the same
+    order.
 
     One step of 4 (86 SASS instructions: 8 loads, 64 FMAs, 14 of address and loop counting) made each group of
     FMAs wait on its own loads (short scoreboard, a quarter of the state kernel's samples in its products); two
@@ -1197,10 +1199,12 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
                 gc = math.exp(b_last)
                 for e in range(16):
                     S[e] *= gc
-            # 4 rows of K and V_new per step, their 8 loads issued before the step's 64 FMAs: one row per step
+            # 8 rows of K and V_new per step, their 16 loads issued before the step's 128 FMAs: one row per step
             # (ld4, ld4, 16 FMAs) made each FMA group wait for its own loads, and Numba's loop counting (a 64-bit
-            # count with its selects) cost as many instructions as the FMAs. Rows past the sequence's end are zero
-            # in both factors: a fixed trip count. The sum runs over t in order, as one row per step did.
+            # count with its selects) cost as many instructions as the FMAs; 4 rows per step still spent 13
+            # instructions on the counting and addresses per 64 FMAs, 8 rows spend 13 per 128. Rows past the
+            # sequence's end are zero in both factors: a fixed trip count. The sum runs over t in order, as one row
+            # per step did.
             for t8 in range(C // 8):
                 pk = O_A + K_OFF + 8 * t8 * KS + rg * 4
                 pv = O_V + 8 * t8 * VS + cg * 4
