@@ -227,3 +227,72 @@ def test_scratch_is_per_thread_and_stream():
     stream = cuda.stream()
     assert not same_memory(r3._scratch("test", (2, 4), stream), r3._scratch("test", (2, 4), 0))
     _common.release_scratch()
+
+
+@pytest.mark.parametrize("recurrence,K", [("decay", 32), ("gated_delta", 16), ("delta", 32)])
+def test_wide_tile_map(recurrence, K):
+    """V = 32: a value tile of 8 quads, so the state kernel maps its tiles 4 x 8 per warp (``_quad_map``'s wide
+    map, the H200 default; the cases above have narrower tiles); decay at K' = 32 > C also splits P1."""
+    assert r3.value_tile(16, r3.padded_k(K), 32) // 4 % 8 == 0
+    check(make(1, 37, 1, K, 32, recurrence, seed=K + 5), 16, True, True)
+
+@pytest.mark.parametrize("ncol,rows", [(8, 4), (16, 32), (16, 8), (5, 3), (2, 6)])
+def test_quad_map_is_a_bijection(ncol, rows):
+    """``_quad_map`` gives every 4x4 tile of a rows x ncol grid to exactly one index; when ``ncol`` is a multiple of
+    8 (the wide map) each warp of 32 indices holds 4 tile rows x 8 tile columns, so a 128-bit load of the right
+    factor reads 8 consecutive float4 (one wavefront)."""
+    wide = ncol % 8 == 0
+    seen = [r3._quad_map.py_func(i, ncol, wide) for i in range(rows * ncol)]
+    assert sorted(seen) == [(r, c) for r in range(rows) for c in range(ncol)]
+    if wide:
+        for w in range(rows * ncol // 32):
+            warp = seen[32 * w: 32 * w + 32]
+            assert len({r for r, _ in warp}) == 4 and len({c for _, c in warp}) == 8
+            assert max(c for _, c in warp) - min(c for _, c in warp) == 7  # consecutive columns
+
+
+@pytest.mark.parametrize("delta,out", [(False, True), (True, True), (True, False), (False, False)])
+def test_chunk_prefetcher_asks_for_every_line_once(monkeypatch, delta, out):
+    """The fixed-map L2 prefetch of the state kernel (a hint: a wrong map costs time, never correctness, so the
+    oracle tests cannot see it): per chunk every line of the rows that the next staging reads is asked for exactly
+    once, none outside them, and no thread asks for more than ceil(lines / threads), for a full and a short chunk
+    and for chunk indices that turn the map. Run in the simulator with ``prefetch_l2`` recording its requests."""
+    C, KP, BV, NTH = 16, 32, 16, 32  # the state kernel's block at K' = 32, BV = 16: (32 / 4)(16 / 4) threads
+    K, V, v0 = 32, 20, 16  # the second value tile: 4 of its 16 columns exist
+    asked = []
+
+    def record(x, idx):
+        asked.append((x.shape[len(x.shape) - 1], len(idx), tuple(int(i) for i in idx), cuda.threadIdx.x))  # no [-1]:
+        # the simulator's shape tuple refuses negative indices
+
+    monkeypatch.setattr(r3, "prefetch_l2", record)
+    pf = r3._chunk_prefetcher(C, KP, BV, NTH, delta, out)
+    B, T, H = 1, 40, 1
+    inp4 = {n: np.zeros((B, T, H, d), np.float32) for n, d in (("q", K + 1), ("k", K + 3), ("v", V))}
+    scr = {n: np.zeros((B * H, T, d), np.float32) for n, d in (("w", KP), ("u", V + 1), ("qp", KP + 2), ("u2", V + 2))}
+
+    @cuda.jit
+    def kern(q, k, v, w, u, qp, u2, t1, n1, c):
+        pf(q, k, v, w, u, qp, u2, 0, 0, 0, t1, n1, K, V, v0, cuda.threadIdx.x, c)
+
+    for t1, n1, c in ((16, 16, 1), (32, 8, 2), (16, 16, 7)):
+        asked.clear()
+        kern[1, NTH](inp4["q"], inp4["k"], inp4["v"], scr["w"], scr["u"], scr["qp"], scr["u2"], t1, n1, c)
+        # the arrays asked for, by their last dimension (distinct above): (first column, columns) of each
+        want = {K + 3: (0, K)}
+        if delta:
+            want.update({KP: (0, KP), V + 1: (v0, V - v0)})
+            if out:
+                want[KP + 2] = (0, KP)
+        else:
+            want[V] = (v0, V - v0)
+            if out:
+                want[K + 1] = (0, K)
+        if out:
+            want[V + 2] = (v0, V - v0)
+        lines = sorted((d, t, col) for d, nd, idx, _ in asked for t, col in [(idx[-3 if nd == 4 else -2], idx[-1])])
+        expect = sorted((d, t, c0 + 32 * ln) for d, (c0, cols) in want.items() for t in range(t1, t1 + n1)
+                        for ln in range(-(-cols // 32)))
+        assert lines == expect
+        per_thread = np.bincount([tid for *_, tid in asked], minlength=NTH)
+        assert per_thread.max() <= -(-len(expect) // NTH) + len(want)  # at most one partial pass per array
