@@ -11,8 +11,11 @@ from linattn_numba.rungs import RUNGS
 
 
 # one subprocess per rung (and for the API's and the tensor-core primitives' kernels), so that pytest -n spreads
-# the compile tier over its workers instead of one worker compiling everything
-PARTS = (*RUNGS, "api", "mma")
+# the compile tier over its workers instead of one worker compiling everything. Rungs with many large variants are
+# split in shards (compile_check's ``name:i/n``): r3's 93 took 23 minutes in one process on the 2-core CI machine
+# (while the other worker ran tests) once its products were unrolled 8 steps a loop step, close to the timeout.
+SHARDS = {"shared": 3, "warp_roles": 2, "tensor_cores": 2}
+PARTS = (*(f"{r}:{i}/{SHARDS[r]}" if r in SHARDS else r for r in RUNGS for i in range(SHARDS.get(r, 1))), "api", "mma")
 
 
 @pytest.mark.compile

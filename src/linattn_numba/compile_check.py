@@ -6,7 +6,8 @@ This module compiles each rung's ``compile_targets()`` with ``numba.cuda.compile
 (the H100/H200), which needs NVVM (``numba-cuda[cu13]``) but no GPU and no driver.
 
 Run as ``python -m linattn_numba.compile_check [--assemble] [name ...]`` (the simulator must be off; a name is a
-rung, ``api`` or ``mma``; none means all of them). Exit status 1
+rung, ``api`` or ``mma``; none means all of them; ``name:i/n`` compiles every n-th of its variants starting at the
+i-th, so that n processes share one rung's variants: the test tier splits r3's 93 that way). Exit status 1
 when any variant fails; the failures are listed. Kernels whose PTX spills their register arrays to local memory are
 reported too (a performance bug, not an error). The tensor-core primitives (:mod:`linattn_numba.mma`) are always
 compiled, and each one's PTX must hold the instruction it exists for (``mma.REQUIRED_PTX``).
@@ -39,9 +40,14 @@ def main(argv=None) -> int:
     # rung names, and "api" (the API's value-check kernels) and "mma" (the tensor-core primitives); none: all
     names = [a for a in args if a != "--assemble"] or [*rungs.RUNGS, "api", "mma"]
     targets = []
-    for name in names:
+    for arg in names:
+        name, _, shard = arg.partition(":")
+        i, n = (int(x) for x in shard.split("/")) if shard else (0, 1)
+        if not 0 <= i < n:
+            print(f"compile_check: {arg!r}: the shard must be i/n with 0 <= i < n", file=sys.stderr)
+            return 2
         mod = {"api": api, "mma": mma}.get(name) or rungs.module(name)
-        targets += [(name, *t) for t in mod.compile_targets()]
+        targets += [(name, *t) for t in list(mod.compile_targets())[i::n]]
     failures, spills = [], []
     t0 = time.time()
     for i, (rung, label, fn, argtypes) in enumerate(targets, 1):
