@@ -973,20 +973,27 @@ def _lines_prefetcher(ROWS, LINES, NTH, ROT, scratch):
     the barrier. ``ROT`` starts each array's requests where the one before ended, so every thread issues at most
     ceil(total / NTH) requests. The map turns by a warp per chunk (``32 c``): with a fixed one the addresses'
     per-thread parts do not change from chunk to chunk, and the compiler kept them out of the chunk loop, about
-    15 registers that the decay state kernel then spilled. ``pf(x, b, h, bh, t0, n, c0, cols, tid, c)``: ``x`` is a
-    [BH, T, n] scratch array (indexed by ``bh``) when ``scratch``, else a [B, T, H, n] input (by ``b``, ``h``)."""
+    15 registers that the decay state kernel then spilled. ``scratch``: ``pf(x, bh, t0, n, c0, cols, tid, c)`` on
+    a [BH, T, n] array; else ``pf(x, b, h, t0, n, c0, cols, tid, c)`` on a [B, T, H, n] input."""
     J = cdiv(ROWS * LINES, NTH)
 
-    def pf(x, b, h, bh, t0, n, c0, cols, tid, c):
-        e0 = (tid + 32 * c + (NTH - ROT)) % NTH
-        for j in range(J):
-            e = e0 + j * NTH
-            row = e // LINES
-            line = e % LINES
-            if row < n and 32 * line < cols:
-                if scratch:  # a compile-time constant: the other branch is never typed
+    if scratch:
+        def pf(x, bh, t0, n, c0, cols, tid, c):
+            e0 = (tid + 32 * c + (NTH - ROT)) % NTH
+            for j in range(J):
+                e = e0 + j * NTH
+                row = e // LINES
+                line = e % LINES
+                if row < n and 32 * line < cols:
                     prefetch_l2(x, (bh, t0 + row, c0 + 32 * line))
-                else:
+    else:
+        def pf(x, b, h, t0, n, c0, cols, tid, c):
+            e0 = (tid + 32 * c + (NTH - ROT)) % NTH
+            for j in range(J):
+                e = e0 + j * NTH
+                row = e // LINES
+                line = e % LINES
+                if row < n and 32 * line < cols:
                     prefetch_l2(x, (b, t0 + row, h, c0 + 32 * line))
     return cuda.jit(device=True, inline="always")(pf)
 
@@ -1014,13 +1021,13 @@ def _chunk_prefetcher(C, KP, BV, NTH, delta, out):
         pu2 = fns[4] if out else fns[1]
 
         def pf(q, k, v, w, u, qp, u2, b, h, bh, t1, n1, K, V, v0, tid, c):
-            pw(w, b, h, bh, t1, n1, 0, KP, tid, c)
-            pu(u, b, h, bh, t1, n1, v0, min(BV, V - v0), tid, c)
+            pw(w, bh, t1, n1, 0, KP, tid, c)
+            pu(u, bh, t1, n1, v0, min(BV, V - v0), tid, c)
             if out:
-                pq(qp, b, h, bh, t1, n1, 0, KP, tid, c)
-            pk(k, b, h, bh, t1, n1, 0, K, tid, c)
+                pq(qp, bh, t1, n1, 0, KP, tid, c)
+            pk(k, b, h, t1, n1, 0, K, tid, c)
             if out:
-                pu2(u2, b, h, bh, t1, n1, v0, min(BV, V - v0), tid, c)
+                pu2(u2, bh, t1, n1, v0, min(BV, V - v0), tid, c)
     else:
         pv = fns[0]
         pq = fns[1] if out else fns[0]
@@ -1028,12 +1035,12 @@ def _chunk_prefetcher(C, KP, BV, NTH, delta, out):
         pu2 = fns[3] if out else fns[0]
 
         def pf(q, k, v, w, u, qp, u2, b, h, bh, t1, n1, K, V, v0, tid, c):
-            pv(v, b, h, bh, t1, n1, v0, min(BV, V - v0), tid, c)
+            pv(v, b, h, t1, n1, v0, min(BV, V - v0), tid, c)
             if out:
-                pq(q, b, h, bh, t1, n1, 0, K, tid, c)
-            pk(k, b, h, bh, t1, n1, 0, K, tid, c)
+                pq(q, b, h, t1, n1, 0, K, tid, c)
+            pk(k, b, h, t1, n1, 0, K, tid, c)
             if out:
-                pu2(u2, b, h, bh, t1, n1, v0, min(BV, V - v0), tid, c)
+                pu2(u2, bh, t1, n1, v0, min(BV, V - v0), tid, c)
     return cuda.jit(device=True, inline="always")(pf)
 
 
