@@ -21,13 +21,16 @@ Your job
     ``ld4(a, i)`` / ``st4(a, i, x)``  four consecutive floats as ONE 128-bit load / store (``i`` an index or a
         tuple; on the GPU an intrinsic, since Numba alone emits four 32-bit accesses; 16-byte alignment needed:
         every offset and row stride of the layouts is a multiple of 4 floats).
+    ``ld1(a, i)``  ``a[i]`` for an index known to be in range: no negative-index check, so a loop over
+        ``ld1(sm, p + m * stride)`` compiles to loads at immediate offsets from one pointer (the solve's
+        scalar loads; plain ``sm[i]`` is correct too, only slower).
     ``_mm_nn``  the register-blocked 4x4 micro-tile: ``acc[4 i + j] += sum_m A[rr + rstep i, m] B[m, c0 + j]``,
         per 4 steps of m: 4 + 4 ``ld4`` and 64 FMAs. Every product [C, m] x [m, cols] of this rung is one call per
         4x4 output tile; the scores and the state update you write by hand in the same pattern.
     ``_stage_input`` / ``_stage_input4`` / ``_stage_scratch``  a [rows, cols] tile of an input [B, T, H, n] or of a
         scratch array [B H, T', n] into shared memory, zero-padded past the sequence and past n, with many loads
         in flight per thread (optionally scaling row t by ``sm[soff + t]``); ``_store_tile`` a row of a 4x4 tile
-        to scratch; ``_chunk_gates`` a chunk's gamma_t and gamma_C / gamma_t; ``_prefetch_rows3/4`` L2 prefetch.
+        to scratch; ``_chunk_gates`` a chunk's gamma_t and gamma_C / gamma_t; ``_chunk_prefetcher`` L2 prefetch.
 
     Part 1, the additive recurrences (plain, decay): in ``intra`` the staging, the gates, Aqk and U'' = Aqk V; in
         ``state`` Q S, the output and the update. Grade with ``--case plain`` and ``--case decay``.
@@ -144,10 +147,9 @@ BV_DEFAULT = 64
 # product _mm_nn (and _mm_nn8: 8 steps of the inner dimension per loop step, its loads first; kdim a multiple of
 # 8), the tile-to-thread map _quad_map (4 x 8 tiles per warp: one shared wavefront per load), the staging loops
 # _stage_input / _stage_input4 / _stage_scratch and the fixed-map stagers
-# _rows_stager (every size a constant; the factories below build them where _stager_fits), _store_tile, the L2 prefetch
-# _prefetch_rows3/4, a chunk's gates _chunk_gates, and the state kernel's one-call staging and prefetch
-# _stage_chunk (its fixed-map version: _chunk_stager) / _prefetch_chunk (fixed-map: _chunk_prefetcher, built on
-# _lines_prefetcher). Read them in
+# _rows_stager (every size a constant; the factories below build them where _stager_fits), _store_tile, a chunk's
+# gates _chunk_gates, and the state kernel's one-call staging _stage_chunk (its fixed-map version: _chunk_stager)
+# and L2 prefetch of the next chunk _chunk_prefetcher (built on _lines_prefetcher and _line_request). Read them in
 # src/linattn_numba/rungs/r3_shared.py (or with inspect.getsource); the launch code below also uses the package's
 # _launch, _rows_aligned and scratch_buffers.
 # ==========================================================================================================
@@ -157,12 +159,10 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _chunk_stager,
     check_launch,
     _launch,
+    _line_request,
     _lines_prefetcher,
     _mm_nn,
     _mm_nn8,
-    _prefetch_chunk,
-    _prefetch_rows3,
-    _prefetch_rows4,
     _quad_map,
     _rows_aligned,
     _rows_stager,
@@ -176,7 +176,7 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _store_tile,
     scratch_buffers,
 )
-from linattn_numba.vec import ld4, prefetch_l2, st4  # noqa: E402,F401
+from linattn_numba.vec import ld1, ld4, prefetch_l2, st4  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -442,12 +442,11 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         #    stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, V, v0, tid, vec_v) does the
         #    same, by fixed-map stagers where every size is a constant (a fraction of the instructions); when FAST,
         #    st_rows(sm, O_A + K_OFF, KS, k, b, h, t0, n, K, 0, tid, False, 0) stages K that way.)
-        # 2. (Speed, optional: ask L2 for the next chunk's rows now, _prefetch_rows4 for inputs, _prefetch_rows3 for
-        #    scratch, so that its staging hits L2 instead of HBM. A hint only: the results do not change. The given
-        #    _prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t0 + C, min(C, T - t0 - C), K, KP, V, v0, BV, tid, NTH,
-        #    delta, out) does it for chunk c + 1; the factory's _chunk_prefetcher(C, KP, BV, NTH, delta, out) builds
-        #    the same by fixed maps, called as pf(q, k, v, w, u, qp, u2, b, h, bh, t0 + C, min(C, T - t0 - C), K, V,
-        #    v0, tid, c + 1).)
+        # 2. (Speed, optional: ask L2 for the next chunk's rows now, so that its staging hits L2 instead of HBM. A
+        #    hint only: the results do not change. The factory's prefetch_chunk (built by _chunk_prefetcher(C, KP,
+        #    BV, NTH, delta, out)) does it for chunk c + 1: prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t0 + C,
+        #    min(C, T - t0 - C), K, V, v0, tid, c + 1). Or write the loop yourself: prefetch_l2(x, index) asks
+        #    for the 128-byte line holding x[index].)
         # 3. X = [rows] S: P1_ROWS = C (delta + out) rows times the [KP, BV] state, NT1 4x4 tiles. For tile in
         #    range(tid, NT1, NTH): rr = tile // BV4, cc = tile % BV4; rows rr + R4 i, strided by R4 = P1_ROWS / 4 (for
         #    the delta rule with output every thread then gets 2 rows of W and 2 of Q': the branch below is balanced;

@@ -239,7 +239,7 @@ show_doc(doc_section("Shared memory and registers"))
 # launch code.
 
 # %%
-for name in ("_mm_nn", "_stage_input4", "_rows_stager", "_intra_kernel", "_stage_chunk", "_prefetch_chunk",
+for name in ("_mm_nn", "_stage_input4", "_rows_stager", "_intra_kernel", "_stage_chunk", "_chunk_prefetcher",
              "_state_kernel", "launches"):
     display(Markdown(f"**`{name}`**"))
     display(Code(inspect.getsource(getattr(r3, name)), language="python"))
@@ -250,7 +250,8 @@ for name in ("_mm_nn", "_stage_input4", "_rows_stager", "_intra_kernel", "_stage
 # * `_mm_nn` is the register-blocking idea in 20 lines: per 4 steps of the contraction, 4 loads of 4 consecutive
 #   floats of `A` and 4 of `B` (`ld4`: one 128-bit `ld.shared.v4.f32` instead of four scalar loads), then 64
 #   FMAs from registers. r2's scores kernel did 1 FMA per shared load. In the intra kernel the left factor is
-#   lower triangular, so the contraction stops at the tile's diagonal (`kdim = 4 rr + 4`).
+#   lower triangular, so the contraction stops at the tile's diagonal, rounded up to a multiple of 8 for
+#   `_mm_nn8` (`kdim = 8 (rr // 2 + 1)`: the left factor is zero past its diagonal).
 # * The staging loops (`_stage_input`, `_stage_input4`, `_stage_scratch`) issue `BATCH` (or `QBATCH`) loads per
 #   thread before storing any of them, so a load's latency is paid once per batch; 128-bit loads only where
 #   `_rows_aligned` says every row is 16-byte aligned. The state kernel also asks L2 for the next chunk's rows

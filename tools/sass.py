@@ -73,6 +73,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=512,
                     help="launch bounds: threads per block (0: none, as rungs launched without launch bounds, "
                          "e.g. r1's sequence kernel, are compiled)")
+    ap.add_argument("--min-blocks", type=int, default=1,
+                    help="launch bounds: blocks per SM the register allocation must allow (r3's intra kernel: 2)")
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--out", help="write the whole SASS here")
     ap.add_argument("--around", help="print the loop bodies that hold this opcode (e.g. HMMA)")
@@ -93,7 +95,7 @@ def main(argv=None) -> int:
         print(f"no variant of {args.rung!r} matches {args.variant!r}; the labels are:\n  {labels}", file=sys.stderr)
         return 2
     label, fn, argtypes = targets[0]
-    bounds = {"launch_bounds": (args.threads, 1)} if args.threads else {}
+    bounds = {"launch_bounds": (args.threads, args.min_blocks)} if args.threads else {}
     ptx, _ = cuda.compile_ptx(fn, argtypes, cc=(9, 0), **bounds)
     cubin, log = compile_check.link(ptx)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -107,7 +109,8 @@ def main(argv=None) -> int:
     regs = re.findall(r"Used (\d+) registers", log)
     spill = re.findall(r"(\d+) bytes spill stores", log)
     print(f"{label}: {sum(counts.values())} instructions, {regs[-1] if regs else '?'} registers, "
-          f"{spill[-1] if spill else 0} bytes spilled (launch bounds {args.threads or 'none'})")
+          f"{spill[-1] if spill else 0} bytes spilled (launch bounds {args.threads or 'none'}"
+          f"{f', {args.min_blocks} blocks' if args.threads and args.min_blocks > 1 else ''})")
     # divergence checks: ptxas guards a warp collective it cannot prove converged with BRA.DIV and a WARPSYNC
     # fallback (r1's module docstring, "Staging", has a case where that cost a quarter of a kernel's time)
     print(f"  BRA.DIV    {sass.count('BRA.DIV'):6d}  (divergence checks; included in BRA below)")

@@ -270,7 +270,7 @@ BV_DEFAULT = 64
 
 
 # 128-bit loads and stores (moved to linattn_numba.vec so r1's decode step can use them too)
-from ..vec import ld4, prefetch_l2, st4  # noqa: E402
+from ..vec import ld1, ld4, prefetch_l2, st4  # noqa: E402
 
 
 @cuda.jit(device=True, inline="always")
@@ -394,30 +394,6 @@ def _stage_input4(sm, off, stride, x, b, h, t0, n, lim, col0, rows, cols, tid, n
                 sc = sm[soff + t] if scaled else float32(1.0)
                 st4(sm, off + t * stride + (4 * e) % cols,
                     (buf[4 * r] * sc, buf[4 * r + 1] * sc, buf[4 * r + 2] * sc, buf[4 * r + 3] * sc))
-
-
-@cuda.jit(device=True, inline="always")
-def _prefetch_rows4(x, b, h, t0, n, c0, cols, lmax, tid, nth):
-    """L2 prefetch of rows x[b, t0 : t0 + n, h, c0 : c0 + cols], one request per 32 elements (128 bytes).
-
-    ``lmax`` >= ceil(cols / 32) is a compile-time constant at every call (a power of two: ceil(K' / 32), ceil(BV /
-    32)), so request e's row and line are a shift and a mask. With the runtime ceil(cols / 32) they were a 64-bit
-    division by a runtime value: loop bodies of 450-520 SASS instructions, four such loops per chunk in the
-    state kernel (``figures/data/probes/h200_ncu_src_a1325d3_1.csv.gz``)."""
-    for e in range(tid, n * lmax, nth):
-        line = e % lmax
-        if 32 * line < cols:
-            prefetch_l2(x, (b, t0 + e // lmax, h, c0 + 32 * line))
-
-
-@cuda.jit(device=True, inline="always")
-def _prefetch_rows3(x, bh, t0, n, c0, cols, lmax, tid, nth):
-    """L2 prefetch of rows x[bh, t0 : t0 + n, c0 : c0 + cols] of a scratch array (``lmax`` as in
-    :func:`_prefetch_rows4`)."""
-    for e in range(tid, n * lmax, nth):
-        line = e % lmax
-        if 32 * line < cols:
-            prefetch_l2(x, (bh, t0 + e // lmax, c0 + 32 * line))
 
 
 @cuda.jit(device=True, inline="always")
@@ -557,10 +533,17 @@ def _intra_layout(C, KP):
 def _wy_inverse(sm, O_K, KS, KP, O_BETA, O_B, O_LA, O_T, CS, C, NB, tid, NTH, has_g):
     """The delta rule's in-chunk solve, in shared memory, by the whole block (it synchronises): K's rows
     scaled to diag(beta gamma) K in place, and the strictly lower Lkk at O_LA replaced by A = (I + Lkk)^-1
-    (O_T: scratch of max(NB - 1, 1) 256 + 16 C floats). Shared by r3's and r6's intra kernels."""
+    (O_T: scratch of max(NB - 1, 1) 256 + 16 C floats). Shared by r3's and r6's intra kernels.
+
+    Scalar shared loads in its loops go through ``ld1`` from a per-thread base pointer, and each thread keeps
+    one (row, column) of a 16 x 16 block for all the blocks J of a block row. With ``sm[i]`` (a wraparound
+    check and 64-bit index arithmetic per load) and the block row's (J, row, column) recomputed per element,
+    the block-row loops issued 16 instructions per FMA (ncu, ``figures/data/probes/h200_ncu_phases_9ed137f.json``:
+    the solve was a quarter of the gated delta rule's intra kernel); this way the loops unroll with immediate
+    offsets, and the intra kernel took 0.154 ms less (``figures/data/probes/h200_tune_r3_inverse_ab_*_9059b13.json``)."""
     # diag(beta gamma) K in place (only W reads it from now on): by the threads >= C while threads < C solve the
-    # diagonal blocks below (that solve is a chain of dependent steps on 2 warps; ncu: 16 % of the gated delta
-    # rule's intra kernel), by all threads first when there are no others. W reads the rows after several barriers.
+    # diagonal blocks below (that solve is a chain of dependent steps on 2 warps), by all threads first when
+    # there are no others. W reads the rows after several barriers.
     if NTH <= C or tid >= C:
         s0 = 0 if NTH <= C else C
         for e in range(tid - s0, C * KP // 4, NTH - s0):
@@ -579,62 +562,72 @@ def _wy_inverse(sm, O_K, KS, KP, O_BETA, O_B, O_LA, O_T, CS, C, NB, tid, NTH, ha
     jc = tid % 16
     dbase = O_LA + (16 * dblk) * CS + 16 * dblk
     if tid < C:
+        pt = O_T + tid  # x_m of this thread's column at pt + m C
         # rows not solved yet read as 0 below (L is 0 on and above the diagonal, so their products vanish)
         for i in range(16):
-            sm[O_T + i * C + tid] = float32(0.0)
+            sm[pt + i * C] = float32(0.0)
         for i in range(16):
             # 4 partial sums over m = 4 s + lane (one 128-bit load of L's row per step): the chain of dependent
-            # FMAs, one per m when summed in one variable, is what made this phase slow (ncu: 16 % of the time)
+            # FMAs, one per m when summed in one variable, made this phase slow (ncu: 16 % of the time)
             a0 = float32(1.0) if i == jc else float32(0.0)
             a1 = float32(0.0)
             a2 = float32(0.0)
             a3 = float32(0.0)
+            pl = dbase + i * CS
             for m in range(0, i, 4):
-                x = ld4(sm, dbase + i * CS + m)
-                a0 -= x[0] * sm[O_T + m * C + tid]
-                a1 -= x[1] * sm[O_T + (m + 1) * C + tid]
-                a2 -= x[2] * sm[O_T + (m + 2) * C + tid]
-                a3 -= x[3] * sm[O_T + (m + 3) * C + tid]
-            sm[O_T + i * C + tid] = (a0 + a1) + (a2 + a3)
+                x = ld4(sm, pl + m)
+                px = pt + m * C
+                a0 -= x[0] * ld1(sm, px)
+                a1 -= x[1] * ld1(sm, px + C)
+                a2 -= x[2] * ld1(sm, px + 2 * C)
+                a3 -= x[3] * ld1(sm, px + 3 * C)
+            sm[pt + i * C] = (a0 + a1) + (a2 + a3)
     cuda.syncthreads()  # every diagonal block of L has been read
     if tid < C:
         for i in range(jc, 16):
-            sm[dbase + i * CS + jc] = sm[O_T + i * C + tid]
+            sm[dbase + i * CS + jc] = ld1(sm, O_T + i * C + tid)
     cuda.syncthreads()
     # ... then block row I from the rows above: A_IJ = -A_II sum_{J <= M < I} L_IM A_MJ, J < I (each sum in 4
-    # partial sums, L's row read 4 entries per 128-bit load, as above)
+    # partial sums, L's row read 4 entries per 128-bit load, as above). 256 is a multiple of NTH (16, 64, 256),
+    # so element e0 of every block J of the row is on the same thread.
     for bi in range(1, NB):
-        for e in range(tid, bi * 256, NTH):
-            bj = e // 256
-            r = (e // 16) % 16
-            cc = e % 16
-            a0 = float32(0.0)
-            a1 = float32(0.0)
-            a2 = float32(0.0)
-            a3 = float32(0.0)
-            for m in range(16 * bj, 16 * bi, 4):
-                x = ld4(sm, O_LA + (16 * bi + r) * CS + m)
-                a0 += x[0] * sm[O_LA + m * CS + 16 * bj + cc]
-                a1 += x[1] * sm[O_LA + (m + 1) * CS + 16 * bj + cc]
-                a2 += x[2] * sm[O_LA + (m + 2) * CS + 16 * bj + cc]
-                a3 += x[3] * sm[O_LA + (m + 3) * CS + 16 * bj + cc]
-            sm[O_T + e] = (a0 + a1) + (a2 + a3)
+        for e0 in range(tid, 256, NTH):
+            r = e0 // 16
+            cc = e0 % 16
+            arow = O_LA + (16 * bi + r) * CS  # row r of block row I
+            for bj in range(bi):
+                a0 = float32(0.0)
+                a1 = float32(0.0)
+                a2 = float32(0.0)
+                a3 = float32(0.0)
+                pl = arow + 16 * bj  # L_IM[r, :] from M = J on
+                pc = O_LA + (16 * bj) * CS + 16 * bj + cc  # A_MJ[:, cc] from M = J on
+                for m in range(0, 16 * (bi - bj), 4):
+                    x = ld4(sm, pl + m)
+                    px = pc + m * CS
+                    a0 += x[0] * ld1(sm, px)
+                    a1 += x[1] * ld1(sm, px + CS)
+                    a2 += x[2] * ld1(sm, px + 2 * CS)
+                    a3 += x[3] * ld1(sm, px + 3 * CS)
+                sm[O_T + bj * 256 + e0] = (a0 + a1) + (a2 + a3)
         cuda.syncthreads()  # T complete; block row bi of L read
-        for e in range(tid, bi * 256, NTH):
-            bj = e // 256
-            r = (e // 16) % 16
-            cc = e % 16
-            a0 = float32(0.0)
-            a1 = float32(0.0)
-            a2 = float32(0.0)
-            a3 = float32(0.0)
-            for m in range(0, 16, 4):  # A_II is 0 above its diagonal: the whole row, 4 loads of 4
-                x = ld4(sm, O_LA + (16 * bi + r) * CS + 16 * bi + m)
-                a0 += x[0] * sm[O_T + bj * 256 + m * 16 + cc]
-                a1 += x[1] * sm[O_T + bj * 256 + (m + 1) * 16 + cc]
-                a2 += x[2] * sm[O_T + bj * 256 + (m + 2) * 16 + cc]
-                a3 += x[3] * sm[O_T + bj * 256 + (m + 3) * 16 + cc]
-            sm[O_LA + (16 * bi + r) * CS + 16 * bj + cc] = -((a0 + a1) + (a2 + a3))
+        for e0 in range(tid, 256, NTH):
+            r = e0 // 16
+            cc = e0 % 16
+            arow = O_LA + (16 * bi + r) * CS + 16 * bi  # A_II[r, :]
+            for bj in range(bi):
+                a0 = float32(0.0)
+                a1 = float32(0.0)
+                a2 = float32(0.0)
+                a3 = float32(0.0)
+                pt = O_T + bj * 256 + cc  # T_IJ[:, cc]
+                for m in range(0, 16, 4):  # A_II is 0 above its diagonal: the whole row, 4 loads of 4
+                    x = ld4(sm, arow + m)
+                    a0 += x[0] * ld1(sm, pt + m * 16)
+                    a1 += x[1] * ld1(sm, pt + (m + 1) * 16)
+                    a2 += x[2] * ld1(sm, pt + (m + 2) * 16)
+                    a3 += x[3] * ld1(sm, pt + (m + 3) * 16)
+                sm[O_LA + (16 * bi + r) * CS + 16 * bj + cc] = -((a0 + a1) + (a2 + a3))
         cuda.syncthreads()  # block row bi of A complete
 
 
@@ -759,6 +752,7 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
         cuda.syncthreads()  # scores complete; Q rows no longer needed (their space is reused)
 
         acc = cuda.local.array(16, float32)
+        qv = cuda.local.array(16, float32)  # Q's 4x4 tile in Q' = diag(gamma) Q - Aqk W
         if delta:
             _wy_inverse(sm, O_K, KS, KP, O_BETA, O_B, O_LA, O_T, CS, C, NB, tid, NTH, has_g)
 
@@ -780,25 +774,30 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
                     for tile in range(tid, NTILE, NTH):
                         rr = tile // CB4
                         cc = tile % CB4
+                        # Q's tile is loaded before the product and used after it: loaded after it (as it
+                        # was), each row's loads waited the whole L2 round trip (long scoreboard: 4 % of the
+                        # gated delta rule's intra kernel), and the kernel took 20 us more
+                        col = kb + cc * 4
+                        for i in range(4):
+                            r = 4 * rr + i
+                            if vin:  # Q's rows are 16-byte aligned and K a multiple of 4: one 128-bit load
+                                y = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+                                if r < n and col < K:
+                                    y = ld4(q, (b, t0 + r, h, col))
+                                for j in range(4):
+                                    qv[4 * i + j] = y[j]
+                            else:
+                                for j in range(4):
+                                    qv[4 * i + j] = float32(q[b, t0 + r, h, col + j]) if r < n and col + j < K \
+                                        else float32(0.0)
                         for e in range(16):
                             acc[e] = float32(0.0)
                         _mm_nn8(sm, acc, O_AQK, CS, O_Q, RS, 4 * rr, 1, cc * 4, 8 * (rr // 2 + 1))
                         for i in range(4):
                             r = 4 * rr + i
                             gr = math.exp(sm[O_B + r]) if has_g else float32(1.0)  # gamma_r, once per row
-                            col = kb + cc * 4
-                            if vin:  # Q's rows are 16-byte aligned and K a multiple of 4: one 128-bit load
-                                y = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
-                                if r < n and col < K:
-                                    y = ld4(q, (b, t0 + r, h, col))
-                                for j in range(4):
-                                    acc[4 * i + j] = y[j] * gr - acc[4 * i + j]
-                            else:
-                                for j in range(4):
-                                    x = float32(0.0)
-                                    if r < n and col + j < K:
-                                        x = float32(q[b, t0 + r, h, col + j]) * gr
-                                    acc[4 * i + j] = x - acc[4 * i + j]
+                            for j in range(4):
+                                acc[4 * i + j] = qv[4 * i + j] * gr - acc[4 * i + j]
                             _store_tile(qp, bh, t0 + r, kb + cc * 4, KP, acc, i, True)
                     cuda.syncthreads()  # before the next tile overwrites the W tile
 
@@ -941,34 +940,16 @@ def _chunk_stager(C, KP, BV, NTH, has_g, delta, out, vin):
     return cuda.jit(device=True, inline="always")(stage)
 
 
-@cuda.jit(device=True, inline="always")
-def _prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t1, n1, K, KP, V, v0, BV, tid, nth, delta, out):
-    """Ask L2 for the rows of the chunk starting at ``t1`` (``n1`` tokens) that :func:`_stage_chunk` will read,
-    so that its staging hits L2 instead of HBM."""
-    LK = (KP + 31) // 32  # compile-time bounds of the lines per row (KP, BV are constants at the call sites)
-    LV = (BV + 31) // 32
-    if delta:
-        _prefetch_rows3(w, bh, t1, n1, 0, KP, LK, tid, nth)
-        _prefetch_rows3(u, bh, t1, n1, v0, min(BV, V - v0), LV, tid, nth)
-        if out:
-            _prefetch_rows3(qp, bh, t1, n1, 0, KP, LK, tid, nth)
-    else:
-        _prefetch_rows4(v, b, h, t1, n1, v0, min(BV, V - v0), LV, tid, nth)
-        if out:
-            _prefetch_rows4(q, b, h, t1, n1, 0, K, LK, tid, nth)
-    _prefetch_rows4(k, b, h, t1, n1, 0, K, LK, tid, nth)
-    if out:
-        _prefetch_rows3(u2, bh, t1, n1, v0, min(BV, V - v0), LV, tid, nth)
-
-
 @functools.lru_cache(maxsize=None)
 def _lines_prefetcher(ROWS, LINES, NTH, ROT, scratch):
     """A device function that asks L2 for ROWS rows of LINES cache lines (128 bytes each) by a fixed map, every
     size a compile-time constant: request e = (tid + 32 c - ROT) mod NTH (+ NTH j) is row e // LINES, line
     e % LINES (``c``: the chunk's index).
 
-    :func:`_prefetch_rows4`'s loop, ``range(tid, n lmax, nth)`` with a runtime end, compiled to 4x-unrolled
-    64-bit loop code of about 170 SASS instructions per call, and every call began at thread 0: at the state
+    The general loop it replaces, ``for e in range(tid, n lmax, nth)`` (row e // lmax, line e % lmax) with a
+    runtime end, compiled to 4x-unrolled 64-bit loop code of about 170 SASS instructions per call even with lmax
+    a constant (450-520 with a runtime lmax, ``figures/data/probes/h200_ncu_src_a1325d3_1.csv.gz``), and
+    every call began at thread 0: at the state
     kernel's 512 threads warps 0-7 issued all four calls per chunk and warps 8-15 none, then waited for them at
     the barrier. ``ROT`` starts each array's requests where the one before ended, so every thread issues at most
     ceil(total / NTH) requests. The map turns by a warp per chunk (``32 c``): with a fixed one the addresses'
@@ -979,30 +960,34 @@ def _lines_prefetcher(ROWS, LINES, NTH, ROT, scratch):
 
     if scratch:
         def pf(x, bh, t0, n, c0, cols, tid, c):
-            e0 = (tid + 32 * c + (NTH - ROT)) % NTH
             for j in range(J):
-                e = e0 + j * NTH
-                row = e // LINES
-                line = e % LINES
+                row, line = _line_request(tid, c, j, NTH, ROT, LINES)
                 if row < n and 32 * line < cols:
                     prefetch_l2(x, (bh, t0 + row, c0 + 32 * line))
     else:
         def pf(x, b, h, t0, n, c0, cols, tid, c):
-            e0 = (tid + 32 * c + (NTH - ROT)) % NTH
             for j in range(J):
-                e = e0 + j * NTH
-                row = e // LINES
-                line = e % LINES
+                row, line = _line_request(tid, c, j, NTH, ROT, LINES)
                 if row < n and 32 * line < cols:
                     prefetch_l2(x, (b, t0 + row, h, c0 + 32 * line))
     return cuda.jit(device=True, inline="always")(pf)
 
 
+@cuda.jit(device=True, inline="always")
+def _line_request(tid, c, j, NTH, ROT, LINES):
+    """(row, line) of thread ``tid``'s ``j``-th request for chunk ``c`` in :func:`_lines_prefetcher`'s map (NTH,
+    ROT, LINES: its constants)."""
+    e = (tid + 32 * c + (NTH - ROT)) % NTH + j * NTH
+    return e // LINES, e % LINES
+
+
 @functools.lru_cache(maxsize=None)
 def _chunk_prefetcher(C, KP, BV, NTH, delta, out):
-    """What :func:`_prefetch_chunk` asks L2 for, by :func:`_lines_prefetcher`'s fixed maps, each array's
-    requests starting on the thread after the last one of the array before: ``pf(q, k, v, w, u, qp, u2, b, h,
-    bh, t1, n1, K, V, v0, tid, c)`` (``c``: the index of the chunk at ``t1``)."""
+    """A device function that asks L2 for the rows of the chunk starting at ``t1`` (``n1`` tokens) that the state
+    kernel's staging will read, so that it hits L2 instead of HBM: ``pf(q, k, v, w, u, qp, u2, b, h, bh, t1,
+    n1, K, V, v0, tid, c)`` (``c``: the index of the chunk at ``t1``). By :func:`_lines_prefetcher`'s fixed maps,
+    each array's requests starting on the thread after the last one of the array before. Used by r3's and r6's
+    state kernels."""
     LK, LV = (KP + 31) // 32, (BV + 31) // 32
     # the arrays in the order asked for, (lines per row, scratch) each; array i's map starts at the sum of the
     # requests before it (mod NTH). Without output the names of the arrays not asked for are bound to a map that

@@ -56,7 +56,7 @@ BV = 64)::
     P2: each warp sums the chunk's K^T V_new for its own S tiles over the C / 8 steps: A = K^T (K's rows read
         transposed from shared memory, one fragment per step for its SG tiles), B = V_new; then S = gamma_C S + it
     staging: fixed-map stagers (thread tid: column quad tid mod (cols / 4), every NTH / (cols / 4)-th row), r3's
-        loops for float16 or unaligned inputs; gates and prefetch: r3's helpers (_chunk_gates, _prefetch_chunk);
+        loops for float16 or unaligned inputs; gates and prefetch: r3's helpers (_chunk_gates, _chunk_prefetcher);
         the P1 epilogue (V_new = (U - X) gamma_C / gamma_t in place, or o = scale (X gamma + U'')) per element
 
 The split schedule (the default for the additive family: :data:`SCHEDULE`)
@@ -129,7 +129,7 @@ from ..mma import mma_3xtf32_split, mma_tf32, split_tf32
 from ..reference import RECURRENCES
 from ..vec import ld1, ld4, st2, st4
 from . import r3_shared as r3
-from .r3_shared import _chunk_gates, _chunk_stager, _prefetch_chunk, _rows_stager, _stage_input, _stager_fits
+from .r3_shared import _chunk_gates, _chunk_prefetcher, _chunk_stager, _rows_stager, _stage_input, _stager_fits
 
 NAME = "tensor_cores"
 MAX_K = r3.MAX_K  # the intra kernel is r3's
@@ -274,6 +274,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three, stor
     # float32 inputs with aligned rows (vin, which also means K and V multiples of 4) are staged by the fixed-map
     # stagers; others (float16, odd strides, tile shapes they do not fit) by r3's general loops
     stage_chunk = _chunk_stager(C, KP, BV, NTH, has_g, delta, out, vin)  # the row blocks and the value tile
+    prefetch_chunk = _chunk_prefetcher(C, KP, BV, NTH, delta, out)  # L2 prefetch of the next chunk, by fixed maps
     FAST = vin and _stager_fits(KP, NTH) and _stager_fits(BV, NTH)
     st_rows = _rows_stager(C, KP, NTH, False)  # K over W and Q' (delta rule with output)
     # the additive output's U'' loaded before the mma steps (latency hidden); the delta rule's P1 takes 4 tiles at a
@@ -341,8 +342,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three, stor
             cuda.syncthreads()  # everything staged, S included
 
             if c + 1 < NC:  # L2 prefetch of the next chunk's rows, as in r3
-                _prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t0 + C, min(C, T - t0 - C), K, KP, V, v0, BV, tid,
-                                NTH, delta, out)
+                prefetch_chunk(q, k, v, w, u, qp, u2, b, h, bh, t0 + C, min(C, T - t0 - C), K, V, v0, tid, c + 1)
 
             # -- P1: X = rows @ S; a warp takes G1 tiles side by side (one row block), so that each step's A
             # fragment is loaded and split once for G1 mma tiles (warp-uniform loop: every lane runs the mma) --
