@@ -214,12 +214,12 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
 # long-context runs at B1 H2), (additive, delta family). The sequential rungs' cost is one block's walk through
 # the tokens (a block per SM, all blocks in one wave at the standard shape): the call's time / T. The scan's cost
 # is per token-head when its segments fill the GPU: the call's time / (B H T).
-# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 2.03 / 3.81 ms, r6: 1.80 /
-# 3.64 ms (figures/data/h200_r3_67a8c79.json); over 8192 tokens
-SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.248, 0.465), "tensor_cores": (0.220, 0.445)}
-# r4 with its default engine (r6) and phase 3 on r1: 9.42 ms over 2 x 1,048,576 (decay; figures/data/probes/
-# h200_r4_phase3_4f30af1.json), 8.57 ms over 2 x 262,144 (gated delta; figures/data/h200_long_gdn_67a8c79.json)
-SCAN_NS_PER_TOKEN_HEAD = (4.49, 16.34)
+# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 2.02 / 3.62 ms, r6: 1.76 /
+# 3.52 ms (figures/data/h200_r3_a757612.json); over 8192 tokens
+SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.246, 0.442), "tensor_cores": (0.215, 0.430)}
+# r4 with its default engine (r6) and phase 3 on r1: 9.18 ms over 2 x 1,048,576 (decay; figures/data/
+# h200_long_decay_a757612.json), 8.39 ms over 2 x 262,144 (gated delta; figures/data/h200_long_gdn_a757612.json)
+SCAN_NS_PER_TOKEN_HEAD = (4.38, 16.00)
 SCAN_MARGIN = 0.8  # the scan must be estimated at least this much faster (the model has two points per family)
 
 

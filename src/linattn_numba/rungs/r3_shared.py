@@ -208,9 +208,22 @@ the chunk loop, and a map that turns a warp per chunk keeps them in it) took the
 ms (``h200_tune_r3_state8_04aff22.json``), and ``_mm_nn8`` in the intra kernel's triangular products (the inner
 dimension rounded up to 8: the rows past the diagonal are zero, and a warp's 2 tile rows already ran to the
 longer one's length) took that to 0.639 / 1.783 ms (0.639 / 1.822; ``h200_tune_r3_67a8c79.json``). The whole
-forward (``figures/data/h200_r3_67a8c79.json``, the README's table): plain 2.01 -> 1.87, decay 2.15 -> 2.03, delta
+forward (``figures/data/probes/h200_r3_67a8c79.json``): plain 2.01 -> 1.87, decay 2.15 -> 2.03, delta
 3.80 -> 3.64, gated delta 3.98 -> 3.81 ms. BV = 32 still loses (gated delta state kernel 2.595 ms,
 ``h200_tune_r3_bv32_64de0f5.json``).
+
+Then the delta family's intra kernel (1.78 ms, half the gated delta forward), read in its SASS with the 9ed137f
+profile beside it: its inverse was a quarter of its samples, and the block-row loops had executed 41.7 M warp
+instructions for 2.6 M FFMA. Every scalar shared load ``sm[i]`` carried a negative-index check and 64-bit index
+arithmetic, and each element recomputed its (block, row, column). With ``ld1`` from per-thread base pointers and
+each thread keeping its (row, column) for every block of a block row, the loops unroll with immediate offsets:
+the intra kernel took 1.756 -> 1.601 ms (gated delta) and 1.655 -> 1.538 (delta)
+(``figures/data/probes/h200_tune_r3_inverse_ab_*_9059b13.json``, one process per variant, same session). Q'
+loading its Q tile before the product, measured alone this time, saved 20 us (1.777 -> 1.757 ms,
+``h200_tune_r3_qpre_ab_*_9059b13.json``); an L2 prefetch of the chunk's V at the kernel's start, tried beside it,
+made the intra kernel slower (gated delta 1.798 ms, decay 0.645 against 0.634) and was not kept. The whole forward
+(``figures/data/h200_r3_a757612.json``, the README's table): delta 3.64 -> 3.46, gated delta 3.81 -> 3.62 ms;
+plain and decay unchanged (1.87, 2.02).
 
 What still limits r3: the decay state kernel does its 34.6 GFLOP (66 kFLOP per token-head, as executed) in 1.39
 ms, 25 TFLOP/s, 37 % of the FMA peak; one block of 16 warps per SM (128 blocks at this shape: one wave) must
@@ -218,8 +231,9 @@ issue every instruction, and besides the FMAs it issues the staging, the output 
 (43 % of the instructions were not FMAs at 9ed137f; the loops' share of that is halved, the rest is not).
 The next steps are fewer instructions per chunk outside the loops (128-bit output stores, the staging's
 addresses in 32-bit arithmetic) and overlapping the staging with the products (``cp.async`` double buffering;
-numba-cuda has no ``cp.async``, inline PTX does). The intra kernel of the delta family (1.78 ms, half the forward)
-is the other half: its inverse's serial phase and its barriers.
+numba-cuda has no ``cp.async``, inline PTX does). The intra kernel of the delta family (1.60 ms at a757612)
+is the other half: its scores (a fifth of it at 9ed137f), the inverse's serial diagonal phase on 2 of 8 warps,
+and its barriers.
 
 Numerics: every product accumulates in float32; float16 inputs are converted on load; every exponent is a
 difference of in-chunk cumulative log-gates b_t - b_s <= 0 (gamma_t = exp(b_t), gamma_C / gamma_t =
@@ -540,7 +554,8 @@ def _wy_inverse(sm, O_K, KS, KP, O_BETA, O_B, O_LA, O_T, CS, C, NB, tid, NTH, ha
     check and 64-bit index arithmetic per load) and the block row's (J, row, column) recomputed per element,
     the block-row loops issued 16 instructions per FMA (ncu, ``figures/data/probes/h200_ncu_phases_9ed137f.json``:
     the solve was a quarter of the gated delta rule's intra kernel); this way the loops unroll with immediate
-    offsets, and the intra kernel took 0.154 ms less (``figures/data/probes/h200_tune_r3_inverse_ab_*_9059b13.json``)."""
+    offsets, and the gated delta rule's intra kernel took 0.15 ms less
+    (``figures/data/probes/h200_tune_r3_inverse_ab_*_9059b13.json``)."""
     # diag(beta gamma) K in place (only W reads it from now on): by the threads >= C while threads < C solve the
     # diagonal blocks below (that solve is a chain of dependent steps on 2 warps), by all threads first when
     # there are no others. W reads the rows after several barriers.

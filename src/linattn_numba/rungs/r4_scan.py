@@ -149,14 +149,17 @@ to 4,032 for gated delta). Measured (H200, the same shapes, oracle-checked on tw
 10.53 ms; gated delta 9.36 ms against 10.98 ms and fla's 14.14 ms (1.51x). Phases 1 and 2 alone took 2.78 and 6.58
 ms, so phase 3 on r1 is ~6.6 and ~2.8 ms. Hence :data:`PHASE3` is r1 for both families; the 2x over fla is still not
 reached, and for the delta family phase 1 (r6's WY intra kernel and its state pass on V + K columns) is now two
-thirds of the time. The bench at 153e34f (``figures/data/h200_long_decay_153e34f.json``,
+thirds of the time. The bench at 153e34f (``figures/data/probes/h200_long_decay_153e34f.json``,
 ``probes/h200_long_gdn_153e34f.json``) agrees: decay 9.44 ms against fla's 10.53 (1.12x), gated delta 9.37 ms
 against 14.25 (1.52x). With r3's faster intra kernel (the WY inverse in partial sums; r3's docstring) gated delta
 took 8.95 ms against fla's 14.32 (1.60x; ``figures/data/probes/h200_long_gdn_a1325d3.json``). With r3's staging by
 fixed-map stagers (its intra kernel is r6's for the delta family) 8.59 ms against fla's 14.31 (1.67x) and r3's 69.7
 (8.1x; ``figures/data/probes/h200_long_gdn_9ed137f.json``). With r3's intra kernel's products 8 steps of the
 inner dimension per loop step (67a8c79), 8.57 ms against fla's 14.29 (1.67x) and r3's 64.9 (7.6x;
-``figures/data/h200_long_gdn_67a8c79.json``, the README's row).
+``figures/data/probes/h200_long_gdn_67a8c79.json``). With r3's WY inverse on ``ld1`` (a757612; r3's docstring):
+gated delta 8.39 ms against fla's 14.12 (1.68x) and r3's 64.96 (7.7x;
+``figures/data/h200_long_gdn_a757612.json``); decay 9.18 ms against fla's 10.53 (1.15x) and r3's 177.3 (19.3x;
+``figures/data/h200_long_decay_a757612.json``), the README's rows.
 
 Numerics: everything float32. The affine maps are exact algebra (no approximation); the only difference from
 a single pass is the order of float32 sums (the scan composes products of up to NS maps), well inside the

@@ -149,7 +149,10 @@ with r3's four-row loop and a fixed trip count, racecheck reported hazards in th
 (``figures/data/h200_sanitize_par_9ed137f.txt``: clean). After r3's products took 8 steps of the inner dimension
 per loop step (67a8c79; r5 keeps its one-row update, and shares r3's intra kernel, which changed with them):
 r3 / r5 1.869 / 2.573 ms (plain), 2.032 / 2.661 (decay), 3.635 / 4.260 (delta), 3.806 / 4.335 (gated delta)
-(``figures/data/h200_r3_67a8c79.json``), r5 1.14-1.38x slower.
+(``figures/data/probes/h200_r3_67a8c79.json``), r5 1.14-1.38x slower. With r3's WY inverse on ``ld1`` and Q'
+loading Q before its product (a757612; r3's intra kernel, which r5 shares): r3 / r5 1.869 / 2.576 ms (plain), 2.015 /
+2.658 (decay), 3.457 / 4.082 (delta), 3.622 / 4.156 (gated delta) (``figures/data/h200_r3_a757612.json``), r5
+1.15-1.38x slower.
 
 Numerics: the same operations in the same order as r3's state kernel (in the simulator r5's outputs equal
 r3's bit for bit); only the schedule changed.

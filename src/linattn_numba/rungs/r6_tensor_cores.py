@@ -106,7 +106,11 @@ intra kernel staging by the fixed-map stagers (1.75 / 1.82 ms, ``figures/data/pr
 and the prefetch's line counts as constants, r6 takes 1.66 / 1.79 / 3.55 / 3.69 ms (plain / decay / delta / gated
 delta; ``figures/data/probes/h200_r6_r4_585c771.json``). With r3's intra kernel's triangular products 8 steps
 of the inner dimension per loop step (1.71 / 1.78 ms, ``figures/data/probes/h200_tune_r3_67a8c79.json``), 1.68 /
-1.80 / 3.51 / 3.64 ms (``figures/data/h200_r3_67a8c79.json``).
+1.80 / 3.51 / 3.64 ms (``figures/data/probes/h200_r3_67a8c79.json``). With r3's WY inverse on ``ld1`` (r3's
+docstring; r3's intra kernel, the default here, and :func:`_intra_delta_kernel` call it) and the state kernel's L2
+prefetch by r3's fixed maps (``_chunk_prefetcher``; with the general loops ptxas spilled 32 / 8 / 8 / 0 bytes in
+the float32 state kernels, plain / decay / delta / gated delta, now 4 / 0 / 0 / 0 by ``tools/sass.py``), 1.65 /
+1.76 / 3.39 / 3.52 ms (``figures/data/h200_r3_a757612.json``).
 
 Status: checked against the float64 oracle in the simulator (where the mma is a warp rendezvous that computes
 the tile product from every lane's fragments), compiled and assembled for sm_90, in the GPU test tier on the
