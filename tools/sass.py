@@ -3,12 +3,14 @@ disassemble the cubin with ``nvdisasm`` and count the instructions by opcode.
 
     python3 tools/sass.py tensor_cores "state[decay,float32,o=1,h0=0,ht=0" [--threads 512] [--top 20]
                           [--out state.sass] [--around HMMA]
+    python3 tools/sass.py shared "intra[gated_delta,float32,vin,o=1]" --threads 256 --min-blocks 2
     python3 tools/sass.py recurrent "async recurrent K=128 g=True beta=True state=False float32" --threads 0
 
 The first argument is a rung name (or "api", "mma"); the second a piece of a label from that rung's
 ``compile_targets()`` (``python -m linattn_numba.compile_check NAME`` lists them); the first matching variant is
-used. ``--threads`` gives the launch bounds (the block size the rung launches with: ptxas then allocates registers
-as on the device). ``--around OPCODE`` prints the loop bodies that hold that opcode, to read the instructions
+used. ``--threads`` and ``--min-blocks`` give the launch bounds (the block size the rung launches with, and the
+blocks per SM it asks for: ptxas then allocates registers as on the device; r3's intra kernel asks for 2, so at
+most 128 registers). ``--around OPCODE`` prints the loop bodies that hold that opcode, to read the instructions
 around the tensor-core ones.
 
 This is how r6's first version was diagnosed (its module docstring): 2,495 IMAD and 1,003 ISETP against 45 HMMA,

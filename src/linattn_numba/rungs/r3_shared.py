@@ -94,8 +94,9 @@ Shared memory and registers (ptxas for sm_90, float32 inputs, C = 64, K' = 128)
 =========  =======================================================  ==========  ==============================
 kernel     shared memory (dynamic; opted in above 48 KB)            KB / block  registers / thread
 =========  =======================================================  ==========  ==============================
-intra      K, Q rows [64, 132]; Aqk, Lkk -> A [64, 68]; inverse     107.75      101-104 (32: gates only, decay
-           scratch; gates. 2 blocks per SM: launch bounds (256, 2)              without output)
+intra      K, Q rows [64, 132]; Aqk, Lkk -> A [64, 68]; inverse     107.75      102 additive, 120-121 delta
+           scratch; gates. 2 blocks per SM: launch bounds (256, 2)              (32: gates only, decay without
+                                                                                output)
 state      row blocks [2 x 64, 132] (delta with output: 3); S [128,  117.5-151.5  96-128, no spills (float32
            68]; V_new [64, 68]; gates; additive with output: the                inputs, aligned rows)
            parts of the split P1 [2 x 64, 68]. 1 block of 512
@@ -963,10 +964,9 @@ def _lines_prefetcher(ROWS, LINES, NTH, ROT, scratch):
 
     The general loop it replaces, ``for e in range(tid, n lmax, nth)`` (row e // lmax, line e % lmax) with a
     runtime end, compiled to 4x-unrolled 64-bit loop code of about 170 SASS instructions per call even with lmax
-    a constant (450-520 with a runtime lmax, ``figures/data/probes/h200_ncu_src_a1325d3_1.csv.gz``), and
-    every call began at thread 0: at the state
-    kernel's 512 threads warps 0-7 issued all four calls per chunk and warps 8-15 none, then waited for them at
-    the barrier. ``ROT`` starts each array's requests where the one before ended, so every thread issues at most
+    a constant (450-520 with a runtime lmax, ``figures/data/probes/h200_ncu_src_a1325d3_1.csv.gz``), and every
+    call began at thread 0: at the state kernel's 512 threads warps 0-7 issued all four calls per chunk and warps
+    8-15 none, then waited for them at the barrier. ``ROT`` starts each array's requests where the one before ended, so every thread issues at most
     ceil(total / NTH) requests. The map turns by a warp per chunk (``32 c``): with a fixed one the addresses'
     per-thread parts do not change from chunk to chunk, and the compiler kept them out of the chunk loop, about
     15 registers that the decay state kernel then spilled. ``scratch``: ``pf(x, bh, t0, n, c0, cols, tid, c)`` on

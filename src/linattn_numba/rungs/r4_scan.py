@@ -156,8 +156,8 @@ took 8.95 ms against fla's 14.32 (1.60x; ``figures/data/probes/h200_long_gdn_a13
 fixed-map stagers (its intra kernel is r6's for the delta family) 8.59 ms against fla's 14.31 (1.67x) and r3's 69.7
 (8.1x; ``figures/data/probes/h200_long_gdn_9ed137f.json``). With r3's intra kernel's products 8 steps of the
 inner dimension per loop step (67a8c79), 8.57 ms against fla's 14.29 (1.67x) and r3's 64.9 (7.6x;
-``figures/data/probes/h200_long_gdn_67a8c79.json``). With r3's WY inverse on ``ld1`` (a757612; r3's docstring):
-gated delta 8.39 ms against fla's 14.12 (1.68x) and r3's 64.96 (7.7x;
+``figures/data/probes/h200_long_gdn_67a8c79.json``). At a757612 (r3's WY inverse on ``ld1``, r3's docstring, and
+r6's state kernel prefetching by r3's fixed maps): gated delta 8.39 ms against fla's 14.12 (1.68x) and r3's 64.96 (7.7x;
 ``figures/data/h200_long_gdn_a757612.json``); decay 9.18 ms against fla's 10.53 (1.15x) and r3's 177.3 (19.3x;
 ``figures/data/h200_long_decay_a757612.json``), the README's rows.
 
