@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 import pytest
-from numba import cuda
+from numba import cuda, float32
 
 from linattn_numba.rungs import r3_shared as r3
 from linattn_numba.testing import TOL_FP32, rel_err
@@ -158,7 +158,7 @@ def test_module_contract():
 
 
 _COMPILE_SCRIPT = """
-from numba import cuda
+from numba import cuda, float32
 from linattn_numba.rungs import r3_shared as r3
 bad, local, n = [], [], 0
 for label, fn, argtypes in r3.compile_targets():
@@ -296,3 +296,50 @@ def test_chunk_prefetcher_asks_for_every_line_once(monkeypatch, delta, out):
         assert lines == expect
         per_thread = np.bincount([tid for *_, tid in asked], minlength=NTH)
         assert per_thread.max() <= -(-len(expect) // NTH) + len(want)  # at most one partial pass per array
+
+
+@pytest.mark.parametrize("C", [16, 32, 64])
+def test_wy_inverse_against_numpy(C):
+    """``_wy_inverse`` alone, by a whole block of (C / 4)^2 threads as in the intra kernel: Lkk (strictly lower,
+    from unit-norm keys, beta in [0, 1] and decays, as the scores make it) is replaced by (I + Lkk)^-1, computed
+    here by NumPy in float64, and K's rows are scaled by beta_t gamma_t. C = 16, 32, 64: 1, 2 and 4 block rows
+    (the diagonal solve alone; one block row from the one above; the longest sums), with 16, 64 and 256 threads
+    (at 16 every thread solves a column and scales K as well)."""
+    KP = 16
+    rng = np.random.default_rng(C)
+    k = rng.standard_normal((C, KP))
+    k /= np.linalg.norm(k, axis=1, keepdims=True)
+    beta = rng.uniform(0, 1, C)
+    b = np.cumsum(np.log(rng.uniform(0.8, 1.0, C)))  # in-chunk cumulative log-gates
+    L = np.tril(beta[:, None] * (k @ k.T) * np.exp(b[:, None] - b[None, :]), -1)
+    O_K, _, _, O_LA, O_T, O_B, O_BETA, _, total = r3._intra_layout(C, KP)
+    KS, CS, NB, NTH = KP + 4, C + 4, C // 16, (C // 4) ** 2
+
+    @cuda.jit
+    def kern(lin, kin, betain, bin_, aout, kout):
+        sm = cuda.shared.array(0, float32)
+        tid = cuda.threadIdx.x
+        for e in range(tid, C * C, NTH):
+            sm[O_LA + (e // C) * CS + e % C] = lin[e // C, e % C]
+        for e in range(tid, C * KP, NTH):
+            sm[O_K + (e // KP) * KS + e % KP] = kin[e // KP, e % KP]
+        for t in range(tid, C, NTH):
+            sm[O_BETA + t] = betain[t]
+            sm[O_B + t] = bin_[t]
+        cuda.syncthreads()
+        r3._wy_inverse(sm, O_K, KS, KP, O_BETA, O_B, O_LA, O_T, CS, C, NB, tid, NTH, True)
+        cuda.syncthreads()  # K's scaling (by other threads than the last block row's) is complete
+        for e in range(tid, C * C, NTH):
+            aout[e // C, e % C] = sm[O_LA + (e // C) * CS + e % C]
+        for e in range(tid, C * KP, NTH):
+            kout[e // KP, e % KP] = sm[O_K + (e // KP) * KS + e % KP]
+
+    a = np.full((C, C), np.nan, np.float32)
+    kk = np.full((C, KP), np.nan, np.float32)
+    f32 = functools.partial(np.ascontiguousarray, dtype=np.float32)
+    kern[1, NTH, 0, total * 4](f32(L), f32(k), f32(beta), f32(b), a, kk)
+    want = np.linalg.inv(np.eye(C) + L)
+    assert rel_err(a, want) < TOL_FP32
+    assert rel_err(kk, (beta * np.exp(b))[:, None] * k) < TOL_FP32
+    a[C - 1, 0] += 1e-2  # a broken inverse must fail: one entry of the last block row off
+    assert rel_err(a, want) >= TOL_FP32

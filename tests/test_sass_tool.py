@@ -46,3 +46,10 @@ def test_blocks_with_an_opcode():
     assert len(blocks) == 1 and blocks[0].startswith(".L_x_354:") and blocks[0].count("HMMA") == 2
     assert _tool().blocks_with(SASS, "EXIT")[0].startswith(".L_x_353:")
     assert _tool().blocks_with(SASS, "FFMA") == []
+
+
+def test_barrier_regions_split_at_bar_sync():
+    regions = _tool().barrier_regions(SASS)
+    assert len(regions) == 2
+    assert regions[0]["HMMA"] == 2 and regions[0]["BAR"] == 1 and sum(regions[0].values()) == 9
+    assert dict(regions[1]) == {"EXIT": 1}

@@ -3,7 +3,7 @@ disassemble the cubin with ``nvdisasm`` and count the instructions by opcode.
 
     python3 tools/sass.py tensor_cores "state[decay,float32,o=1,h0=0,ht=0" [--threads 512] [--top 20]
                           [--out state.sass] [--around HMMA]
-    python3 tools/sass.py shared "intra[gated_delta,float32,vin,o=1]" --threads 256 --min-blocks 2
+    python3 tools/sass.py shared "intra[gated_delta,float32,vin,o=1]" --threads 256 --min-blocks 2 [--barriers]
     python3 tools/sass.py recurrent "async recurrent K=128 g=True beta=True state=False float32" --threads 0
 
 The first argument is a rung name (or "api", "mma"); the second a piece of a label from that rung's
@@ -11,7 +11,7 @@ The first argument is a rung name (or "api", "mma"); the second a piece of a lab
 used. ``--threads`` and ``--min-blocks`` give the launch bounds (the block size the rung launches with, and the
 blocks per SM it asks for: ptxas then allocates registers as on the device; r3's intra kernel asks for 2, so at
 most 128 registers). ``--around OPCODE`` prints the loop bodies that hold that opcode, to read the instructions
-around the tensor-core ones.
+around the tensor-core ones; ``--barriers`` the counts of each region between block barriers (a kernel's phases).
 
 This is how r6's first version was diagnosed (its module docstring): 2,495 IMAD and 1,003 ISETP against 45 HMMA,
 the index arithmetic of Numba's ``a[i]`` with signed indices. ``nvdisasm`` is not a dependency; it comes with the
@@ -56,6 +56,24 @@ def blocks_with(sass: str, opcode: str) -> list[str]:
     return [b for b in blocks if re.search(rf"\b{re.escape(opcode)}\b", b)]
 
 
+def barrier_regions(sass: str) -> list[collections.Counter]:
+    """Opcode counts of the code between block barriers, in program order: region i ends with the i-th
+    ``BAR.SYNC`` (which it counts), the last one with the end of the kernel. A kernel's phases lie between its
+    ``cuda.syncthreads()`` calls, so this is the static cost of each phase (its instructions, how many of them
+    are FFMA, LDS, ...): how r3's intra kernel was read before its inverse changed (its docstring). Static: a
+    loop body counts once."""
+    regions, cur = [], collections.Counter()
+    for line in sass.splitlines():
+        m = _OPCODE.search(line)
+        if m:
+            cur[m.group(1)] += 1
+            if m.group(1) == "BAR" and ".SYNC" in line:
+                regions.append(cur)
+                cur = collections.Counter()
+    regions.append(cur)
+    return regions
+
+
 def find_nvdisasm() -> str | None:
     exe = shutil.which("nvdisasm")
     if exe:
@@ -80,6 +98,8 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--out", help="write the whole SASS here")
     ap.add_argument("--around", help="print the loop bodies that hold this opcode (e.g. HMMA)")
+    ap.add_argument("--barriers", action="store_true",
+                    help="print the instruction counts of each region between block barriers (a kernel's phases)")
     args = ap.parse_args(argv)
 
     nvdisasm = find_nvdisasm()
@@ -118,6 +138,11 @@ def main(argv=None) -> int:
     print(f"  BRA.DIV    {sass.count('BRA.DIV'):6d}  (divergence checks; included in BRA below)")
     for op, n in counts.most_common(args.top):
         print(f"  {op:10s} {n:6d}")
+    if args.barriers:
+        # LD(G): global loads, LDG or (ld4's generic 128-bit loads) LD
+        print("\n  region  instructions    FFMA     LDS   LD(G)  (ending at the n-th BAR.SYNC; last: the end)")
+        for i, reg in enumerate(barrier_regions(sass)):
+            print(f"  {i:6d}  {sum(reg.values()):12d}  {reg['FFMA']:6d}  {reg['LDS']:6d}  {reg['LDG'] + reg['LD']:6d}")
     if args.around:
         for blk in blocks_with(sass, args.around):
             print("\n" + blk)
