@@ -158,7 +158,7 @@ def test_module_contract():
 
 
 _COMPILE_SCRIPT = """
-from numba import cuda, float32
+from numba import cuda
 from linattn_numba.rungs import r3_shared as r3
 bad, local, n = [], [], 0
 for label, fn, argtypes in r3.compile_targets():
