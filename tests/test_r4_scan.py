@@ -61,8 +61,8 @@ def check(inp, with_h0=True, with_ht=True, **kw):
 @pytest.mark.parametrize("engine", ["tensor_cores", "shared"])
 def test_repeated_calls_allocate_nothing(engine, monkeypatch):
     """After its first call, a forward with the same shapes allocates no device memory: r4's buffers and the
-    engine's scratch are kept (``_common.scratch``), although the engine runs on [v | 0] in phase 1, on v in phase
-    3 and on a shorter tail segment in between. (Reallocating made every call wait for the GPU: freeing
+    engine's scratch are kept (``_common.scratch``), although the engine runs on a state of V + K columns in phase
+    1, on V in phase 3 and on a shorter tail segment in between. (Reallocating made every call wait for the GPU: freeing
     synchronises.) Both calls still match the oracle."""
     if engine not in rungs.RUNGS:
         pytest.skip(f"rung {engine} not registered")
@@ -253,6 +253,78 @@ def test_state_only():
     ht = cuda.to_device(np.full((1, 2, 8, 8), np.nan, np.float32))
     r4.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], None, d["initial_state"], ht, 0.5, 16, num_segments=3)
     assert rel_err(ht.copy_to_host(), oracle(inp)[1]) <= TOL_FP32
+
+
+# ----------------------------------------------------------------------------------------------------------
+# phase 1 of the delta family without [v | 0]: the engines' wide state (WIDE_STATE)
+# ----------------------------------------------------------------------------------------------------------
+def _wide_inputs(recurrence, B=1, T=37, H=2, K=8, V=12, seed=23):
+    """Inputs and the float64 [S | M] of a state-only run from [h0 | I] with values [v | 0]."""
+    inp = make_inputs(B, T, H, K, V, recurrence, initial_state=True, seed=seed)
+    h0w = np.concatenate([inp["initial_state"], np.broadcast_to(np.eye(K, dtype=np.float32), (B, H, K, K))], axis=3)
+    vaug = np.concatenate([inp["v"], np.zeros((B, T, H, K), np.float32)], axis=3)
+    ref = reference.recurrent(inp["q"], inp["k"], vaug, inp["g"], inp["beta"], initial_state=h0w)[1]
+    return inp, np.ascontiguousarray(h0w), ref
+
+
+@pytest.mark.parametrize("engine", ["shared", "tensor_cores"])
+@pytest.mark.parametrize("recurrence", ["delta", "gated_delta"])
+@pytest.mark.parametrize("bv", [None, 8], ids=["bv_default", "bv8"])
+def test_engine_wide_state(recurrence, engine, bv):
+    """What r4's phase 1 asks of r3 and r6: a state-only run with v of V = 12 columns and h0 / ht of V + K = 20,
+    the columns past V driven by zero values, equals the float64 recurrence on [v | 0] from [h0 | I] -- [S | M]
+    with M the transition. ``bv=8``: value tiles wholly past V (U = 0 there) and one across it."""
+    if engine not in rungs.RUNGS:
+        pytest.skip(f"rung {engine} not registered")
+    mod = rungs.module(engine)
+    assert mod.WIDE_STATE
+    inp, h0w, ref = _wide_inputs(recurrence)
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    ht = cuda.to_device(np.full(h0w.shape, np.nan, np.float32))
+    mod.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], None, cuda.to_device(h0w), ht, 0.5, 16, bv=bv)
+    assert rel_err(ht.copy_to_host(), ref) <= TOL_FP32
+
+
+@pytest.mark.parametrize("engine", ["shared", "tensor_cores"])
+def test_engine_wide_state_rejects_mismatches(engine):
+    """A wider ht is only for state-only runs of the delta family, with h0 as wide as ht: anything else raises
+    (no silent reading past v's columns)."""
+    if engine not in rungs.RUNGS:
+        pytest.skip(f"rung {engine} not registered")
+    mod = rungs.module(engine)
+    inp, h0w, _ = _wide_inputs("delta", T=16)
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    wide = cuda.to_device(np.zeros(h0w.shape, np.float32))
+    o = cuda.to_device(np.zeros(inp["v"].shape, np.float32))
+    with pytest.raises(ValueError, match="state-only"):  # with the output
+        mod.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, None, wide, 0.5, 16)
+    with pytest.raises(ValueError, match="delta family"):  # additive family
+        mod.forward(d["q"], d["k"], d["v"], d["g"], None, None, None, wide, 0.5, 16)
+    with pytest.raises(ValueError, match="h0 has 12"):  # h0 narrower than ht
+        mod.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], None, d["initial_state"], wide, 0.5, 16)
+    with pytest.raises(ValueError, match="h0 has 20"):  # h0 wider than v, ht not
+        mod.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], None, wide,
+                    cuda.to_device(np.zeros(inp["initial_state"].shape, np.float32)), 0.5, 16)
+
+
+@pytest.mark.parametrize("engine", ["shared", "tensor_cores"])
+@pytest.mark.parametrize("recurrence", ["delta", "gated_delta"])
+def test_phase1_without_vaug(recurrence, engine, monkeypatch):
+    """With a WIDE_STATE engine r4 launches no [v | 0] copy (the vaug kernel made to fail proves it), and the
+    result equals the one with [v | 0] spelled out (VAUG = True) and the oracle: 3 segments with a tail."""
+    if engine not in rungs.RUNGS:
+        pytest.skip(f"rung {engine} not registered")
+    inp = make_inputs(1, 40, 2, 8, 12, recurrence, initial_state=True, seed=24)
+    monkeypatch.setattr(r4, "VAUG", True)
+    o_a, h_a = check(inp, num_segments=3, engine=engine)
+    monkeypatch.setattr(r4, "VAUG", False)
+
+    def no_vaug():
+        raise AssertionError("the vaug kernel was launched")
+
+    monkeypatch.setattr(r4, "_vaug_kernel", no_vaug)
+    o_b, h_b = check(inp, num_segments=3, engine=engine)
+    assert rel_err(o_b, o_a) <= 1e-6 and rel_err(h_b, h_a) <= 1e-6
 
 
 def test_strong_decay_underflows_cleanly():

@@ -2,7 +2,7 @@
 shapes of issue 4, beside fla's chunk kernel, every r4 run checked against the float64 oracle on two heads first.
 
     python3 tools/r4_engine_probe.py [--shape B,T,H,K,V:recurrence ...] [--engines shared,tensor_cores]
-                                     [--ns-factors 1,0.5,2] [--phase3 default,engine] [--no-peers]
+                                     [--ns-factors 1,0.5,2] [--phase3 default,engine] [--vaug 0,1] [--no-peers]
                                      [--out r4_engines.json]
 
 Default shapes: decay at B1 T1048576 H2 K=V=128 and gated delta at B1 T262144 H2 K=V=128. The segment count is
@@ -10,7 +10,9 @@ r4's own choice (its cost model, measured with r2 / r3 as the engine) times each
 the model's choice alone); the JSON records it. Each record also has ``host_launch_us``, the host's time to
 enqueue one forward; a "state only" record per engine times phases 1 and 2 alone (``o=None``), at the model's count. Writes the JSON after
 every record (a run cut short keeps what it measured). ``--phase3`` times phase 3 on each of the named rungs (r4's
-``phase3`` argument; "engine" is the engine itself, "default" r4's ``PHASE3``). It is a probe file (figures/data/probes/), not a bench
+``phase3`` argument; "engine" is the engine itself, "default" r4's ``PHASE3``). ``--vaug 0,1`` times the delta
+family's phase 1 both ways: on v with the engine's wide state (0, r4's default) and on the copy [v | 0] (1, r4's
+``VAUG``); records of the copy have ", vaug" in their key. It is a probe file (figures/data/probes/), not a bench
 file: ``linattn-numba figures`` draws r4 from the bench's ``scan`` records, which use the default engine.
 """
 
@@ -34,6 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("--phase3", default="default",
                     help="phase 3's rungs to time with each engine (r4's PHASE3_RUNGS, 'engine', or 'default': "
                          "r4's PHASE3)")
+    ap.add_argument("--vaug", default="0", help="r4.VAUG values to time (0: v and the wide state, 1: [v | 0])")
     ap.add_argument("--no-peers", action="store_true", help="skip fla")
     ap.add_argument("--out", default="r4_engines.json")
     args = ap.parse_args(argv)
@@ -74,12 +77,16 @@ def main(argv=None) -> int:
         flops = bench.counted_flops(rec, B, T, H, K, V)
         oracle = {}  # the float64 oracle's results on the two checked heads, computed once per shape
         factors = [float(f) for f in args.ns_factors.split(",")]
-        # one record per engine, phase-3 rung and segment count
-        for eng, p3, factor in [(e, p, f) for e in engines for p in args.phase3.split(",") for f in factors]:
+        vaugs = [bool(int(x)) for x in args.vaug.split(",")]
+        # one record per engine, phase-3 rung, segment count and phase-1 form
+        for eng, p3, factor, vaug in [(e, p, f, a) for e in engines for p in args.phase3.split(",") for f in factors
+                                      for a in vaugs]:
+            r4.VAUG = vaug
             nsf = max(1, round(ns * factor))
             key = f"scan[{eng}]" if p3 == "default" else f"scan[{eng}, phase 3 {p3}]"
+            key = key[:-1] + ", vaug]" if vaug else key
             row = {"key": key, "engine": eng, "phase3": p3, **tag, "num_segments": nsf,
-                   "model_num_segments": ns}
+                   "model_num_segments": ns, "vaug": vaug}
             try:
                 def fn(eng=eng, nsf=nsf, p3=p3):
                     r4.forward(*fargs, o, None, ht, K**-0.5, 64, engine=eng, num_segments=nsf,
@@ -97,14 +104,16 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001 - record and go on to the next engine
                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
             log(row)
-        for eng in engines:
+        for eng, vaug in [(e, a) for e in engines for a in vaugs]:
             # phases 1 and 2 alone (o=None: only ht), at the model's segment count: the rest of the total is phase 3
-            row = {"key": f"scan[{eng}] state only", "engine": eng, **tag}
+            r4.VAUG = vaug
+            row = {"key": f"scan[{eng}{', vaug' if vaug else ''}] state only", "engine": eng, **tag, "vaug": vaug}
             try:
                 row.update(timer.time(lambda eng=eng: r4.forward(*fargs, None, None, ht, K**-0.5, 64, engine=eng)))
             except Exception as e:  # noqa: BLE001
                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
             log(row)
+        r4.VAUG = False
         if not args.no_peers:
             for name, pfn in peers.fla_peers(rec).items():
                 if "chunk" not in name:

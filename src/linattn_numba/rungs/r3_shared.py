@@ -917,7 +917,7 @@ def _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, 
     else:
         _stage_input(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, C, KP, tid, nth, False, 0)
     if delta:  # U (V_new after P1)
-        _stage_scratch(sm, O_V, VS, u, bh, t0, v0, V, C, BV, tid, nth, vec_v)
+        _stage_scratch(sm, O_V, VS, u, bh, t0, v0, u.shape[2], C, BV, tid, nth, vec_v)  # zero past U's columns
     elif vin:  # V, rows times gamma_C / gamma_t
         _stage_input4(sm, O_V, VS, v, b, h, t0, n, V, v0, C, BV, tid, nth, has_g, O_F)
     else:
@@ -946,7 +946,7 @@ def _chunk_stager(C, KP, BV, NTH, has_g, delta, out, vin):
             else:
                 st_rows(sm, O_A + C * KS, KS, k, b, h, t0, n, K, 0, tid, False, 0)
             if delta:
-                st_val_s(sm, O_V, VS, u, bh, t0, V, v0, tid)
+                st_val_s(sm, O_V, VS, u, bh, t0, u.shape[2], v0, tid)  # zero past U's columns
             else:  # V, rows times gamma_C / gamma_t
                 st_val(sm, O_V, VS, v, b, h, t0, n, V, v0, tid, has_g, O_F)
     else:
@@ -1022,7 +1022,7 @@ def _chunk_prefetcher(C, KP, BV, NTH, delta, out):
 
         def pf(q, k, v, w, u, qp, u2, b, h, bh, t1, n1, K, V, v0, tid, c):
             pw(w, bh, t1, n1, 0, KP, tid, c)
-            pu(u, bh, t1, n1, v0, min(BV, V - v0), tid, c)
+            pu(u, bh, t1, n1, v0, min(BV, u.shape[2] - v0), tid, c)
             if out:
                 pq(qp, bh, t1, n1, 0, KP, tid, c)
             pk(k, b, h, t1, n1, 0, K, tid, c)
@@ -1075,8 +1075,8 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         S <- gamma_C S + K^T diag(gamma_C / gamma) V_new.
         """
         T, H, K = k.shape[1], k.shape[2], k.shape[3]
-        V = v.shape[3]
-        vec_v = V % 4 == 0
+        V = ht.shape[3] if (delta and not out) else v.shape[3]  # the state's columns (wide_state_columns)
+        vec_v = (u.shape[2] if delta else V) % 4 == 0
         NC = (T + C - 1) // C
         sm = cuda.shared.array(0, float32)
         bh = cuda.blockIdx.y
@@ -1297,12 +1297,36 @@ def check_launch(name, chunk_size, K, o, ht) -> int:
     return int(chunk_size)
 
 
+WIDE_STATE = True  # state-only runs of the delta family take h0 / ht wider than v (wide_state_columns; r4 uses it)
+
+
+def wide_state_columns(name, v, o, h0, ht, beta) -> int:
+    """The state's value columns W: v's V, except in a state-only run (``o=None``) of the delta family, where
+    ``ht`` (and ``h0``, if given) may have W > V columns. Columns past V are driven by zero values: U = 0 there,
+    so V_new = -W S and S <- gamma_C S + K^T diag(gamma_C / gamma) V_new, exactly what values of zero would do,
+    without a [v | 0] copy and without the intra kernel's U = A diag(beta) V on the zero columns. r4 runs its
+    phase 1 this way: from h0 = [h0 | I] the state [S | M] holds the segment's transition M in its last K columns
+    (r4's docstring). Raises ValueError for any other shape mismatch."""
+    V = v.shape[3]
+    if ht is None or ht.shape[3] == V:
+        if h0 is not None and h0.shape[3] != V:
+            raise ValueError(f"rung {name!r}: h0 has {h0.shape[3]} value columns, v has {V}")
+        return V
+    if o is not None or beta is None or ht.shape[3] < V:
+        raise ValueError(f"rung {name!r}: ht has {ht.shape[3]} value columns, v has {V} (a wider state is only "
+                         f"for state-only runs, o=None, of the delta family)")
+    if h0 is not None and h0.shape[3] != ht.shape[3]:
+        raise ValueError(f"rung {name!r}: h0 has {h0.shape[3]} value columns, ht has {ht.shape[3]}")
+    return ht.shape[3]
+
+
 def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
     """Launch the intra kernel, then the state kernel (the rung contract: :mod:`linattn_numba.rungs`).
 
     Extension: ``o=None`` means "state only": ``ht`` must be given; the scores Aqk, Q' and U'' and every
-    output product are skipped. ``chunk_size=None`` uses ``DEFAULT_CHUNK``. ``bv`` overrides the value-tile
-    width of ``BV_TABLE`` (tests, tuning). ``h0`` and ``ht`` may be the same array.
+    output product are skipped; for the delta family ``ht`` and ``h0`` may then have more value columns than
+    ``v`` (:func:`wide_state_columns`). ``chunk_size=None`` uses ``DEFAULT_CHUNK``. ``bv`` overrides the
+    value-tile width of ``BV_TABLE`` (tests, tuning). ``h0`` and ``ht`` may be the same array.
     """
     for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv):
         launch()
@@ -1315,7 +1339,8 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
     V = v.shape[3]
     C = check_launch(NAME, chunk_size, K, o, ht)
     KP = padded_k(K)
-    BV = value_tile(C, KP, V, bv)
+    VW = wide_state_columns(NAME, v, o, h0, ht, beta)
+    BV = value_tile(C, KP, VW, bv)
     has_g, delta, out = g is not None, beta is not None, o is not None
     BH = B * H
     if BH == 0 or V == 0:
@@ -1335,7 +1360,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
         smem_b = _state_layout(C, KP, BV, delta, out)[-1] * f4
         kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin)
         args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale))
-        todo.append(("state", lambda: _launch(kern_b, (cdiv(V, BV), BH), (KP // 4) * (BV // 4), smem_b, stream,
+        todo.append(("state", lambda: _launch(kern_b, (cdiv(VW, BV), BH), (KP // 4) * (BV // 4), smem_b, stream,
                                               args_b)))
     return todo
 

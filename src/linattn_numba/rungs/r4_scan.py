@@ -209,6 +209,10 @@ PHASE3 = {False: "recurrent", True: "recurrent"}
 # Overrides of the cost model, for tests and experiments: None lets the model choose.
 NUM_SEGMENTS = None
 SCAN = None  # "tree" or "chain"
+# Phase 1 of the delta family with an engine that takes a state wider than its values (r3, r6: WIDE_STATE) passes
+# v itself and lets the engine treat the K extra columns as zero values; True spells [v | 0] out instead (a copy,
+# as the r2 engine always needs): the old path, kept for tests that compare the two and for A/B timing
+VAUG = False
 
 # Cost model constants (see the module docstring), tuned with tools/r4_scan_probe.py on the H200
 # (figures/data/probes/h200_r4_scan_probe.json) at B1 H2 K=V=128 with the chunked engine.
@@ -817,11 +821,12 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
     p = scratch("r4.p", (B, NS, H, K, W), stream)
     m = None
     if delta:
-        vaug = scratch("r4.vaug", (B, T, H, W), stream)
-        _vaug_kernel()[_launch_1d(vaug.size), THREADS, stream](v, vaug)
         init = scratch("r4.init", (B, NS, H, K, W), stream)
         _init_kernel(h0 is not None)[_launch_1d(init.size), THREADS, stream](or_dummy(h0, 4), init, V)
-        v1, h01 = vaug, init
+        v1, h01 = v, init
+        if not getattr(eng, "WIDE_STATE", False) or VAUG:  # the engine needs the values [v | 0] spelled out
+            v1 = scratch("r4.vaug", (B, T, H, W), stream)
+            _vaug_kernel()[_launch_1d(v1.size), THREADS, stream](v, v1)
     else:
         v1, h01 = v, None
         if has_g:

@@ -141,6 +141,7 @@ MAX_V = None  # V is tiled across blocks
 CHUNK_SIZES = r3.CHUNK_SIZES
 DEFAULT_CHUNK = r3.DEFAULT_CHUNK
 BV_DEFAULT = 64  # r3's tuned tile at C = 64, K = 128 (one block of 512 threads per SM)
+WIDE_STATE = True  # as r3's: state-only delta runs take h0 / ht wider than v (r3.wide_state_columns)
 PRECISIONS = ("3xtf32", "tf32")
 PRECISION = "3xtf32"  # the default of forward(precision=...)
 
@@ -289,8 +290,8 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, three, stor
         """Value columns x * BV .. of head y through every chunk; S in the warps' mma accumulator fragments.
         ``store`` (the split schedule): every chunk's starting state to ``hs[bh, c KP + row, column]``."""
         T, H, K = k.shape[1], k.shape[2], k.shape[3]
-        V = v.shape[3]
-        vec_v = V % 4 == 0
+        V = ht.shape[3] if (delta and not out) else v.shape[3]  # the state's columns (r3.wide_state_columns)
+        vec_v = (u.shape[2] if delta else V) % 4 == 0
         NC = (T + C - 1) // C
         # P1's steps stop at K rounded up to 8 (S rows and row-block columns past K are zero): a trip count the
         # compiler cannot see, which keeps the loop rolled -- fully unrolled, all 6 x KP / 8 operand addresses
@@ -977,7 +978,8 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
         raise ValueError(f"rung {NAME!r}: schedule must be one of {SCHEDULES}, got {schedule!r}")
     C = r3.check_launch(NAME, chunk_size, K, o, ht)
     KP = r3.padded_k(K)
-    BV = value_tile(V, bv)
+    VW = r3.wide_state_columns(NAME, v, o, h0, ht, beta)  # V, or more for a state-only delta run (r4's [S | M])
+    BV = value_tile(VW, bv)
     has_g, delta, out = g is not None, beta is not None, o is not None
     BH = B * H
     if BH == 0 or V == 0:
@@ -1027,7 +1029,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
         kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin, three)
         args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale),
                   or_dummy(None, 3))
-        todo.append(("state", lambda: r3._launch(kern_b, (cdiv(V, BV), BH), _threads(KP, BV), smem_b, stream,
+        todo.append(("state", lambda: r3._launch(kern_b, (cdiv(VW, BV), BH), _threads(KP, BV), smem_b, stream,
                                                  args_b)))
     return todo
 
