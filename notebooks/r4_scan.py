@@ -146,7 +146,10 @@ print(f"the delta rule's M is a contraction: spectral norms {np.linalg.norm(M0, 
 # Why `[v | 0]` from `[0 | I]` gives `M`: the columns of the state evolve independently (each is updated with the
 # same `k_t, β_t, γ_t` and its own value column), so the `K` extra columns, started at the identity and fed zero
 # values, end at `M · I = M`. r4's phase 1 is therefore *the engine rung itself*, run in its state-only mode on
-# `V + K` value columns -- `M` is never built token by token. Phase 3 needs no `M` at all: it is an ordinary
+# `V + K` value columns -- `M` is never built token by token. The zeros need not exist: r3 and r6 take `v` itself
+# with a state `K` columns wider and treat `U` as zero past `v`'s columns (`r3_shared.wide_state_columns`), which
+# saves the copy `[v | 0]` and half of the intra kernel's `U` (the long gated delta shape: 8.37 -> 7.11 ms on the
+# H200, `figures/data/probes/h200_r4_wide_ebe502c.json`). Phase 3 needs no `M` at all: it is an ordinary
 # forward from known start states, so any rung can run it; by default r4 hands it to r1 `recurrent` (`r4.PHASE3`,
 # printed at the top; "Phase 3 on r1" in the module docstring has the measurement). The docstring's summary:
 

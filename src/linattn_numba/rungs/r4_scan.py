@@ -24,10 +24,13 @@ The three phases::
              additive family (plain, decay): M_i = exp(sum of g over the segment), a scalar (1 for plain);
              delta family: M_i = prod_t gamma_t (I - beta_t k_t k_t^T), a K x K matrix. M_i is exactly the
              final state of the same recurrence run with zero values from the initial state I (the columns of
-             the state evolve independently), so the engine runs once on augmented values [v | 0_K] from the
+             the state evolve independently), so the engine runs once on the values [v | 0_K] from the
              initial state [0 | I] and returns [S_i | M_i] in one pass, in its own chunked WY form -- M is
-             never built token by token. The real h0 enters segment 0's initial state ([h0 | I]); the
-             additive family adds its share (m h0) in phase 2 instead.
+             never built token by token. r3 and r6 (``WIDE_STATE``) take v itself and a state K columns
+             wider (``r3.wide_state_columns``: their state kernels treat U as zero past v's columns), so
+             neither the copy [v | 0] nor the intra kernel's U = A diag(beta) V on its zero half is made; the
+             r2 engine gets the copy (``vaug`` below; :data:`VAUG` forces it). The real h0 enters segment 0's
+             initial state ([h0 | I]); the additive family adds its share (m h0) in phase 2 instead.
     phase 2  the start state of segment i is X_i = (M_{i-1} o ... o M_0)(h0), with the associative combine
              (M2, S2) o (M1, S1) = (M2 M1, M2 S1 + S2). ``tree``: a Kogge-Stone inclusive scan, one launch per
              level (d = 1, 2, 4, ...: element i >= d becomes P_i o P_{i-d}, ping-pong buffers), then a copy
@@ -63,10 +66,10 @@ tree**          (tiles of K x W, NS, B H)        (16, 16)      a 4 x 4 register 
 finish**        (ceil(K V / 256), B H)           256           one element: X_{i+1} = S_incl[i], ht
 ==============  ===============================  ============  ==============================================
 
-(* decay family only; ** delta family only; W = V + K, except at the tree's last level where only the S
-columns are needed: W = V.) Barriers: segsum 1 + log2(128) per block; the chain 2 per segment (around the
-shared X tile: all reads of X_i before any write of X_{i+1}); the tree 2 per 16-wide slab (around the staged
-slabs). The element-wise kernels use none.
+(* decay family only; ** delta family only, vaug only with the r2 engine or :data:`VAUG`; W = V + K, except at
+the tree's last level where only the S columns are needed: W = V.) Barriers: segsum 1 + log2(128) per block;
+the chain 2 per segment (around the shared X tile: all reads of X_i before any write of X_{i+1}); the tree 2 per
+16-wide slab (around the staged slabs). The element-wise kernels use none.
 
 Registers (ptxas for sm_90): element-wise kernels 30-40, tree 96, chain 215-219 -- the chain runs one
 256-thread block per SM and only B H ceil(V / 32) blocks, so occupancy is not what limits it (latency is).
@@ -80,6 +83,7 @@ phase           global memory per token-head                           FLOPs per
 1, additive     read k, v (1 KB) and g; no scores, no ``h`` stores     state 2 K V = 33 k
 1, delta        vaug: read v 0.5 KB, write [v | 0] 1 KB; then r2 on    Lkk 2 K 40 = 10 k; wu (2 K + V) C =
                 W = V + K columns: ~1.5x its bytes for w, u, V_new     25 k; state 4 K (V + K) = 131 k
+                (r3 / r6 engines: no vaug, and u, U's work on V only)  (wu (2 K + V) C with V, not V + K)
 2, tree         2 x 4 B NS H K W per level, per sequence: ~0           2 K^2 (K + V) per combine, about
                                                                        NS log2 NS combines per sequence
 3               the engine: r2 moves ~6 KB (decay) / ~10 KB (gated     the engine: 84 k (additive),
@@ -158,8 +162,15 @@ fixed-map stagers (its intra kernel is r6's for the delta family) 8.59 ms agains
 inner dimension per loop step (67a8c79), 8.57 ms against fla's 14.29 (1.67x) and r3's 64.9 (7.6x;
 ``figures/data/probes/h200_long_gdn_67a8c79.json``). At a757612 (r3's WY inverse on ``ld1``, r3's docstring, and
 r6's state kernel prefetching by r3's fixed maps): gated delta 8.39 ms against fla's 14.12 (1.68x) and r3's 64.96 (7.7x;
-``figures/data/h200_long_gdn_a757612.json``); decay 9.18 ms against fla's 10.53 (1.15x) and r3's 177.3 (19.3x;
-``figures/data/h200_long_decay_a757612.json``), the README's rows.
+``figures/data/probes/h200_long_gdn_a757612.json``); decay 9.18 ms against fla's 10.53 (1.15x) and r3's 177.3 (19.3x;
+``figures/data/h200_long_decay_a757612.json``, the README's row).
+
+Phase 1 without the copy [v | 0] (ebe502c: the engines' wide state, above). Measured side by side in one process
+(``figures/data/probes/h200_r4_wide_ebe502c.json``): phases 1 and 2 alone 5.60 -> 4.33 ms, the forward 8.37 -> 7.11
+ms, fla's ``chunk_gated_delta_rule`` 14.36 ms. The bench (``figures/data/h200_long_gdn_ebe502c.json``, the README's
+row): 7.12 ms against fla's 14.24 (2.00x) and r3's 64.82 (9.1x). The segment count was swept again around the
+model's 66 (33, 50, 99, 132: 9.0-9.9 ms, ``probes/h200_r4_wide_ns_ebe502c.json``): 66 stays the best. What is
+left: phase 1 (the WY intra kernel and the state pass on V + K columns) ~4.2 ms, phase 3 on r1 ~2.8 ms.
 
 Numerics: everything float32. The affine maps are exact algebra (no approximation); the only difference from
 a single pass is the order of float32 sums (the scan composes products of up to NS maps), well inside the
@@ -172,7 +183,9 @@ default: ``figures/data/h200_sanitize_par_09d0776.txt``) and with r3 (``engine="
 ``h200_sanitize_par_r4_r3engine_416ea91.txt``), each (recurrence, tool) in a process of its own
 (``h200.sh sanitize_par``); and with the default phase 3 on r1 (engine r6, the rows tagged
 ``tensor_cores/recurrent``: ``figures/data/h200_sanitize_par_9717011.txt``, whose r5 rows predate r5's unaligned
-barriers). The earlier sequential runs (``h200_sanitize_r4_*.txt``) ran out of time in r4.
+barriers). Phase 1 on the engines' wide state (ebe502c), delta and gated delta: clean with r6
+(``h200_sanitize_par_ebe502c.txt``) and with r3 (``h200_sanitize_par_r4_r3engine_ebe502c.txt``). The earlier
+sequential runs (``h200_sanitize_r4_*.txt``) ran out of time in r4.
 """
 
 from __future__ import annotations
