@@ -133,11 +133,13 @@ def test_phase3_default_and_fallback(monkeypatch):
 
 
 def test_plan_segments():
-    """Segment lengths: chunk-aligned when that keeps the count; a shorter tail; never more segments than tokens."""
+    """Segment lengths: equal when the count divides T, else chunk-aligned when that keeps the count; a shorter
+    tail; never more segments than tokens."""
     assert r4.plan_segments(32, 16, 2) == (2, 16)
     assert r4.plan_segments(40, 16, 3) == (3, 16)  # 16 + 16 + 8
     assert r4.plan_segments(37, 16, 5) == (5, 8)  # 8 x 4 + 5: aligning to 16 would give 3 segments
-    assert r4.plan_segments(70, 16, 2) == (2, 48)  # 48 + 22
+    assert r4.plan_segments(70, 16, 2) == (2, 35)  # 35 + 35 (each 2 chunks and 3 tokens), not 48 + 22
+    assert r4.plan_segments(71, 16, 2) == (2, 48)  # 48 + 23
     assert r4.plan_segments(3, 16, 8) == (3, 1)
     assert r4.plan_segments(20, 16, 1) == (1, 20)
     assert r4.plan_segments(262144, 64, 66) == (66, 4032)  # 65 segments of 63 chunks, a 1-chunk tail
@@ -377,7 +379,10 @@ def test_cost_model():
     assert r4.choose_num_segments(4, 8192, 16, 128, 128, 64, False, n_sm=132) == 1
     ns_delta = r4.choose_num_segments(1, 262144, 2, 128, 128, 64, True, n_sm=132)
     ns_add = r4.choose_num_segments(1, 1 << 20, 2, 128, 128, 64, False, n_sm=132)
-    assert ns_delta == r4.RESIDENT_DELTA * 132 // 8 and ns_add == r4.RESIDENT_ADD * 132 // 8
+    # RESIDENT walkers per SM ask for 33 and 132; counts that divide the sequence into equal segments win
+    assert r4.RESIDENT_DELTA * 132 // 8 == 33 and r4.RESIDENT_ADD * 132 // 8 == 132
+    assert ns_delta == 32 and r4.plan_segments(262144, 64, ns_delta) == (32, 8192)
+    assert ns_add == 128 and r4.plan_segments(1 << 20, 64, ns_add) == (128, 8192)
     assert r4.choose_num_segments(1, 256, 2, 128, 128, 64, True, n_sm=132) == 256 // (64 * r4.MIN_SEG_CHUNKS)
     assert r4.choose_num_segments(1, 100, 1, 8, 8, 64, True, n_sm=132) == 1
     for ns in (2, 16, 66, 264):
@@ -391,7 +396,31 @@ def test_cost_model():
 def test_default_choice_splits_grading_shapes():
     """test_rungs.py runs r4 with the model's choice: its longest shape (T = 70, C = 16) gets 2 segments."""
     assert r4.choose_num_segments(1, 70, 1, 12, 16, 16, False) == 2
-    assert r4.plan_segments(70, 16, 2) == (2, 48)
+    assert r4.plan_segments(70, 16, 2) == (2, 35)
+
+
+def test_short_tail():
+    """The count is moved (down to half the GPU-filling one) to a plan without a long last segment, which would
+    run alone after the others: T = 300,000 asks for 33 segments (32 of 9,152 tokens and a last of 7,136); 32
+    equal ones of 9,375 tokens (not whole chunks) walk 147 chunks instead of 143 + 112. A sequence that leaves
+    every candidate a tail keeps the cheapest plan; equal segments beat whole chunks with a tail in the plan."""
+    assert r4.plan_segments(300000, 64, 33) == (33, 9152)
+    assert r4.choose_num_segments(1, 300000, 2, 128, 128, 64, True, n_sm=132) == 32
+    assert r4.plan_segments(300000, 64, 32) == (32, 9375)
+    assert r4.plan_segments(40, 16, 3) == (3, 16)  # no equal split: whole chunks and a tail, as before
+    for T in (1000, 5000, 65636, 100000, 262144, 300000, 1 << 20):
+        for delta in (False, True):
+            ns = r4.choose_num_segments(1, T, 2, 128, 128, 64, delta, n_sm=132)
+            n, L = r4.plan_segments(T, 64, ns)
+            last = T - (n - 1) * L
+            want = r4.cdiv((r4.RESIDENT_DELTA if delta else r4.RESIDENT_ADD) * 132, 8)
+            want = min(want, T // (64 * r4.MIN_SEG_CHUNKS))
+            assert max(2, r4.cdiv(want, 2)) <= n <= want
+            # never worse than the count asked for, in chunks walked one after another
+            n0, L0 = r4.plan_segments(T, 64, want)
+            last0 = T - (n0 - 1) * L0
+            walk = r4.cdiv(L, 64) + (r4.cdiv(last, 64) if last != L else 0)
+            assert walk <= r4.cdiv(L0, 64) + (r4.cdiv(last0, 64) if last0 != L0 else 0)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -230,7 +230,10 @@ VAUG = False
 # Cost model constants (see the module docstring), tuned with tools/r4_scan_probe.py on the H200
 # (figures/data/probes/h200_r4_scan_probe.json) at B1 H2 K=V=128 with the chunked engine.
 RESIDENT_ADD = 8  # sequential walkers wanted per SM, additive family (r2's state kernel: ~50 registers)
-RESIDENT_DELTA = 4  # delta family (r2's state kernel: ~90 registers; phase 1 has twice the walkers, V + K columns)
+# delta family: 2 since ebe502c (phase 1 no longer copies [v | 0]): at B1 T262144 H2 K=V=128, 32 segments took 6.54
+# ms, 64 took 6.99 and 128 8.29 (equal segments, figures/data/probes/h200_r4_ns_notail_gdn_abc1c26.json): fewer
+# segments mean fewer tree combines (NS log2 NS) and phase 3 (r1, ceil(V / 64) blocks a segment-head) one block per SM
+RESIDENT_DELTA = 2
 MIN_SEG_CHUNKS = 2  # a segment keeps at least this many chunks
 ENGINE_BV = 32  # value columns per walker of the engine's state pass (r2's BV)
 DEFAULT_SMS = 132  # the H200, when the device cannot be asked (the simulator)
@@ -704,16 +707,37 @@ def choose_num_segments(B, T, H, K, V, chunk_size, delta, n_sm=None):
     if walkers >= n_sm or walkers == 0:
         return 1
     ns = cdiv((RESIDENT_DELTA if delta else RESIDENT_ADD) * n_sm, walkers)
-    return max(1, min(ns, T // (MIN_SEG_CHUNKS * chunk_size)))
+    return _short_tail(T, chunk_size, max(1, min(ns, T // (MIN_SEG_CHUNKS * chunk_size))))
+
+
+def _short_tail(T, chunk_size, ns):
+    """The count n in [max(2, ceil(ns / 2)), ns] whose plan (:func:`plan_segments`) walks the fewest chunks one
+    after another: a segment's chunks, plus the last segment's when it is shorter (it is launched after the
+    others, alone); on a tie the plan without such a tail, then the larger n. ``ns`` is the count that fills the
+    GPU, so fewer segments are longer ones. With a long tail phase 3 walks thousands of tokens on a few blocks
+    while the GPU idles (B1 T262144 H2: 33 segments of 8,000 tokens and a last one of 6,144 took 9.47 ms against
+    6.54 ms for 32 equal ones, ``figures/data/probes/h200_r4_wide_ns_ebe502c.json``,
+    ``h200_r4_ns_notail_gdn_abc1c26.json``)."""
+    best, best_key = ns, None
+    for n in range(ns, max(2, cdiv(ns, 2)) - 1, -1):
+        count, seg_len = plan_segments(T, chunk_size, n)
+        last = T - (count - 1) * seg_len
+        tail = cdiv(last, chunk_size) if last != seg_len else 0
+        key = (cdiv(seg_len, chunk_size) + tail, tail > 0, -count)
+        if best_key is None or key < best_key:
+            best, best_key = count, key
+    return best
 
 
 def plan_segments(T, chunk_size, num_segments):
     """(NS, L): segment length L = ceil(T / num_segments) (rounded up to a multiple of the chunk when that keeps
-    the count), NS = ceil(T / L); the last segment is shorter when L does not divide T."""
+    the count and L does not divide T already: equal segments, each with a partial last chunk, are better than
+    whole chunks and a shorter last segment launched on its own), NS = ceil(T / L); the last segment is shorter
+    when L does not divide T."""
     ns = max(1, min(int(num_segments), max(T, 1)))
     seg_len = cdiv(max(T, 1), ns)
     aligned = min(cdiv(seg_len, chunk_size) * chunk_size, max(T, 1))
-    if cdiv(T, aligned) == ns:
+    if cdiv(T, aligned) == ns and T % ns:
         seg_len = aligned
     return cdiv(max(T, 1), seg_len), seg_len
 
