@@ -149,9 +149,10 @@ print(f"the delta rule's M is a contraction: spectral norms {np.linalg.norm(M0, 
 # `V + K` value columns -- `M` is never built token by token. The zeros need not exist: r3 and r6 take `v` itself
 # with a state `K` columns wider and treat `U` as zero past `v`'s columns (`r3_shared.wide_state_columns`), which
 # saves the copy `[v | 0]` and half of the intra kernel's `U` (the long gated delta shape: 8.37 -> 7.11 ms on the
-# H200, `figures/data/probes/h200_r4_wide_ebe502c.json`). Phase 3 needs no `M` at all: it is an ordinary
-# forward from known start states, so any rung can run it; by default r4 hands it to r1 `recurrent` (`r4.PHASE3`,
-# printed at the top; "Phase 3 on r1" in the module docstring has the measurement). The docstring's summary:
+# H200 at the same segment count, `figures/data/probes/h200_r4_wide_ebe502c.json`). Phase 3 needs no `M` at all:
+# it is an ordinary forward from known start states, so any rung can run it; by default r4 hands it to r1
+# `recurrent` (`r4.PHASE3`, printed at the top; "Phase 3 on r1" in the module docstring has the measurement). The
+# docstring's summary:
 
 # %%
 show_doc(doc_between("What changed and why", "The three phases::"))
@@ -332,7 +333,8 @@ for shape in ((1, 262144, 2, Kf, Vf), (1, 1048576, 2, Kf, Vf)):
         delta = rec == "gated_delta"
         ns, _ = r4.plan_segments(shape[1], Cf, r4.choose_num_segments(*shape, Cf, delta, n_sm=SMS))
         engine = r3_flops(delta, True, Kf, Vf, Cf)
-        p1 = r3_flops(delta, False, Kf, Vf + Kf if delta else Vf, Cf)
+        # phase 1 on V + K state columns; U = A diag(beta) V only on v's V (the wide state: no [v | 0])
+        p1 = r3_flops(delta, False, Kf, Vf + Kf if delta else Vf, Cf) - ((Cf + 4) * Kf if delta else 0)
         p2 = tree_flops_per_token(shape[1], Kf, Vf, ns) if delta else 0.0
         rows.append(f"| {figures.shape_str(shape)} | {rec} | {ns} | {engine / 1e3:.0f} k | {p1 / 1e3:.0f} k | "
                     f"{p2 / 1e3:.1f} k | {engine / 1e3:.0f} k | {(p1 + p2 + engine) / engine:.2f}× |")

@@ -102,9 +102,15 @@ Cost model. Segments (:func:`choose_num_segments`, :func:`plan_segments`): the e
 overhead. Otherwise NS = ceil(RESIDENT x SMs / walkers), enough segments for RESIDENT walkers per SM
 (``RESIDENT_ADD``, ``RESIDENT_DELTA``: the additive state kernel is lighter, so more of its blocks share an
 SM; the delta family's phase 1 already has twice the walkers, V + K columns), capped so that a segment keeps
-at least ``MIN_SEG_CHUNKS`` chunks. The segment length is rounded up to whole chunks when that keeps the count.
-At B1 H2 K=V=128 this gives NS = 66 (delta family) and 132 (additive): the best of the counts swept on the
+at least ``MIN_SEG_CHUNKS`` chunks. The segment length is T / NS when NS divides T, else rounded up to whole
+chunks when that keeps the count; a shorter last segment runs alone after the others, so the count then moves
+down, at most to half, to the plan that walks the fewest chunks one after another (:func:`_short_tail`). At
+B1 H2 K=V=128 this first gave NS = 66 (delta family) and 132 (additive): the best of the counts swept on the
 H200 with the chunked engine (``tools/r4_scan_probe.py``, ``figures/data/probes/h200_r4_scan_probe.json``).
+Since 67e1559 (``RESIDENT_DELTA`` 2, the short-tail rule) it gives 32 and 128 equal segments: with r6 as the
+engine and phase 1 without the [v | 0] copy, 32 / 64 / 66 / 128 segments took 6.54 / 6.99 / 7.13 / 8.29 ms for
+the gated delta rule, and 128 / 132 / 256 took 9.20 / 9.22 / 9.26 ms for decay
+(``figures/data/probes/h200_r4_ns_notail_*_abc1c26.json``).
 Scan (:func:`choose_scan`): the estimated times of ``_scan_cost_us``, fitted to phase 2 alone in the same
 JSON: the delta family's chain is NS - 1 dependent steps (each reads M_i, 64 KB, from L2 and does 2 K^2 32
 FMAs per block on only B H ceil(V / 32) blocks: latency bound), the tree ceil(log2 NS) launches of a
@@ -168,9 +174,14 @@ r6's state kernel prefetching by r3's fixed maps): gated delta 8.39 ms against f
 Phase 1 without the copy [v | 0] (ebe502c: the engines' wide state, above). Measured side by side in one process
 (``figures/data/probes/h200_r4_wide_ebe502c.json``): phases 1 and 2 alone 5.60 -> 4.33 ms, the forward 8.37 -> 7.11
 ms, fla's ``chunk_gated_delta_rule`` 14.36 ms. The bench (``figures/data/h200_long_gdn_ebe502c.json``, the README's
-row): 7.12 ms against fla's 14.24 (2.00x) and r3's 64.82 (9.1x). The segment count was swept again around the
-model's 66 (33, 50, 99, 132: 9.0-9.9 ms, ``probes/h200_r4_wide_ns_ebe502c.json``): 66 stays the best. What is
-left: phase 1 (the WY intra kernel and the state pass on V + K columns) ~4.2 ms, phase 3 on r1 ~2.8 ms.
+row then, now ``probes/``): 7.12 ms against fla's 14.24 (2.00x) and r3's 64.82 (9.1x). A sweep around the
+model's 66 (33, 50, 99, 132: 9.0-9.9 ms, ``probes/h200_r4_wide_ns_ebe502c.json``) was slower at every count, but
+each of those counts left a long last segment (6,144 tokens at 33) that runs alone; counts that divide T
+(``probes/h200_r4_ns_notail_gdn_abc1c26.json``) were faster: 32 segments 6.54 ms. With the count model above
+(67e1559, 32 equal segments), the bench (``figures/data/h200_long_gdn_67e1559.json``, the README's row): 6.55 ms
+against fla's 14.22 (2.17x) and r3's 64.79 (9.9x), 80 M token-heads/s. Decay at the new count (128 equal
+segments, ``probes/h200_r4_decay_ns128_67e1559.json``): 9.17 ms against fla's 10.46 (1.14x), phases 1 and 2
+alone 2.51 ms: phase 3 on r1 (~6.7 ms for 2 M token-heads) is what keeps decay from 2x.
 
 Numerics: everything float32. The affine maps are exact algebra (no approximation); the only difference from
 a single pass is the order of float32 sums (the scan composes products of up to NS maps), well inside the
