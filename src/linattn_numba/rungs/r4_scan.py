@@ -241,7 +241,7 @@ VAUG = False
 # Cost model constants (see the module docstring), tuned with tools/r4_scan_probe.py on the H200
 # (figures/data/probes/h200_r4_scan_probe.json) at B1 H2 K=V=128 with the chunked engine.
 RESIDENT_ADD = 8  # sequential walkers wanted per SM, additive family (r2's state kernel: ~50 registers)
-# delta family: 2 since ebe502c (phase 1 no longer copies [v | 0]): at B1 T262144 H2 K=V=128, 32 segments took 6.54
+# delta family: 2 since 67e1559 (phase 1 no longer copies [v | 0]): at B1 T262144 H2 K=V=128, 32 segments took 6.54
 # ms, 64 took 6.99 and 128 8.29 (equal segments, figures/data/probes/h200_r4_ns_notail_gdn_abc1c26.json): fewer
 # segments mean fewer tree combines (NS log2 NS) and phase 3 (r1, ceil(V / 64) blocks a segment-head) one block per SM
 RESIDENT_DELTA = 2
@@ -741,9 +741,9 @@ def _short_tail(T, chunk_size, ns):
 
 
 def plan_segments(T, chunk_size, num_segments):
-    """(NS, L): segment length L = ceil(T / num_segments) (rounded up to a multiple of the chunk when that keeps
-    the count and L does not divide T already: equal segments, each with a partial last chunk, are better than
-    whole chunks and a shorter last segment launched on its own), NS = ceil(T / L); the last segment is shorter
+    """(NS, L): segment length L = ceil(T / num_segments), rounded up to a multiple of the chunk when that keeps
+    the count and the count does not divide T (equal segments, each with a partial last chunk, are better than
+    whole chunks and a shorter last segment launched on its own); NS = ceil(T / L); the last segment is shorter
     when L does not divide T."""
     ns = max(1, min(int(num_segments), max(T, 1)))
     seg_len = cdiv(max(T, 1), ns)
