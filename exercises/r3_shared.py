@@ -175,6 +175,7 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _stager_fits,
     _store_tile,
     scratch_buffers,
+    wide_state_columns,
 )
 from linattn_numba.vec import ld1, ld4, prefetch_l2, st4  # noqa: E402,F401
 
@@ -410,8 +411,10 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         #   (KP / 4)(BV / 4) threads (512 at KP = 128, BV = 64) and _state_layout(C, KP, BV, delta, out)[-1] floats of
         #   dynamic shared memory: sm = cuda.shared.array(0, float32), regions at O_A, O_S, O_V, O_GM, O_F (and O_P,
         #   for the optional split in step 3), row strides
-        #   KS = KP + 4 and VS = BV + 4. T, H, K = k.shape[1], k.shape[2], k.shape[3]; V = v.shape[3] (o is a stand-in
-        #   without output); vec_v = V % 4 == 0; NC = ceil(T / C) chunks.
+        #   KS = KP + 4 and VS = BV + 4. T, H, K = k.shape[1], k.shape[2], k.shape[3]; the state's columns V =
+        #   ht.shape[3] if (delta and not out) else v.shape[3] (o is a stand-in without output; a state-only delta run
+        #   may have a state wider than v: wide_state_columns, r4's phase 1); vec_v = (u.shape[2] if delta else V) % 4
+        #   == 0; NC = ceil(T / C) chunks.
         #   Thread map: tid = cuda.threadIdx.x, cg = tid % BV4, rg = tid // BV4: the thread owns the 4x4 block of the
         #   state tile S, rows 4 rg .. 4 rg + 3 and columns v0 + 4 cg .. v0 + 4 cg + 3, in registers for the whole
         #   sequence: S = cuda.local.array(16, float32), S[4 i + j], loaded once from h0 (has_h0; only rows < K and
@@ -432,10 +435,10 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         #      Inputs q, k: _stage_input(sm, off, KS, x, b, h, t0, n, K, 0, C, KP, tid, NTH, False, 0) (or
         #      _stage_input4 when vin); scratch w, qp: _stage_scratch(sm, off, KS, x, bh, t0, 0, KP, C, KP, tid, NTH,
         #      True) (rows of KP floats: always 128-bit).
-        #    - the value tile [C, BV] at O_V (stride VS): delta: U, _stage_scratch(sm, O_V, VS, u, bh, t0, v0, V, C, BV,
-        #      tid, NTH, vec_v); additive: V with row t times gamma_C / gamma_t, _stage_input(sm, O_V, VS, v, b, h, t0,
-        #      n, V, v0, C, BV, tid, NTH, has_g, O_F) (or _stage_input4 when vin) -- that is already the update's
-        #      diag(gamma_C / gamma) V_new.
+        #    - the value tile [C, BV] at O_V (stride VS): delta: U, _stage_scratch(sm, O_V, VS, u, bh, t0, v0,
+        #      u.shape[2], C, BV, tid, NTH, vec_v) (zero past U's columns); additive: V with row t times gamma_C /
+        #      gamma_t, _stage_input(sm, O_V, VS, v, b, h, t0, n, V, v0, C, BV, tid, NTH, has_g, O_F) (or
+        #      _stage_input4 when vin) -- that is already the update's diag(gamma_C / gamma) V_new.
         #    (The given _stage_chunk(sm, O_A, O_V, O_F, KS, VS, q, k, v, w, u, qp, b, h, bh, t0, n, K, KP, V, v0, C,
         #    BV, tid, NTH, has_g, delta, out, vin, vec_v) does the first two row blocks and the value tile in one
         #    call; for the delta rule with output stage K at O_A + K_OFF yourself. Speed, optional: the factory's
@@ -533,7 +536,8 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
     V = v.shape[3]
     C = check_launch(NAME, chunk_size, K, o, ht)
     KP = padded_k(K)
-    BV = value_tile(C, KP, V, bv)
+    VW = wide_state_columns(NAME, v, o, h0, ht, beta)  # the state's columns: V, or more (state-only delta runs)
+    BV = value_tile(C, KP, VW, bv)
     has_g, delta, out = g is not None, beta is not None, o is not None
     BH = B * H
     if BH == 0 or V == 0:
@@ -553,7 +557,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
         smem_b = _state_layout(C, KP, BV, delta, out)[-1] * f4
         kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin)
         args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale))
-        todo.append(("state", lambda: _launch(kern_b, (cdiv(V, BV), BH), (KP // 4) * (BV // 4), smem_b, stream,
+        todo.append(("state", lambda: _launch(kern_b, (cdiv(VW, BV), BH), (KP // 4) * (BV // 4), smem_b, stream,
                                               args_b)))
     return todo
 
