@@ -3,7 +3,8 @@ in 4x4 register tiles.
 
 Your job
     Fill in the two kernel bodies below (``# TODO(r3, 1)`` in ``intra``, ``# TODO(r3, 2)`` in ``state``) and the
-    device function ``_wy_inverse`` (``# TODO(r3, 1b)``, the delta rule's solve the intra kernel calls). The math
+    device functions ``_scores`` (``# TODO(r3, 1a)``, the intra kernel's step 3) and ``_wy_inverse``
+    (``# TODO(r3, 1b)``, the delta rule's solve the intra kernel calls). The math
     is r2's, :func:`linattn_numba.reference.chunked` (read its docstring, and ``notebooks/r3_shared.py`` sections
     1-3); what changes is where the intermediates live. r2 ran five kernels and passed every intermediate through
     global memory (a 512 MiB buffer of chunk states at the standard shape); here
@@ -157,6 +158,10 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _chunk_gates,
     _chunk_prefetcher,
     _chunk_stager,
+    _gates_kernel,
+    _out_kernel,
+    _out_layout,
+    _split_launches,
     check_launch,
     _launch,
     _line_request,
@@ -175,6 +180,8 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _stager_fits,
     _store_tile,
     scratch_buffers,
+    split_bytes,
+    split_fits,
     wide_state_columns,
 )
 from linattn_numba.vec import ld1, ld4, prefetch_l2, st4  # noqa: E402,F401
@@ -235,6 +242,27 @@ def _wy_inverse(sm, O_K, KS, KP, O_BETA, O_B, O_LA, O_T, CS, C, NB, tid, NTH, ha
     pass
 
 
+@cuda.jit(device=True, inline="always")
+def _scores(sm, O_K, O_Q, O_AQK, O_LA, O_B, O_BETA, KS, CS, C4, KP, tid, has_g, delta, out):
+    """The intra kernel's scores: Aqk[t, s] = (Q K^T)[t, s] Gamma_ts for s <= t at sm[O_AQK + t CS + s] (``out``)
+    and Lkk[t, s] = beta_t (K K^T)[t, s] Gamma_ts for s < t at sm[O_LA + t CS + s] (``delta``), 0 above; K's and
+    Q's rows at O_K, O_Q (stride KS, KP columns), b_t at O_B, beta_t at O_BETA. The caller syncs before and after."""
+    # TODO(r3, 1a): step 3 of TODO(r3, 1), register-blocked: (tr, tc) = divmod(tid, C4); the thread owns the 4x4
+    #    micro-tile of rows t = tr + C4 i and columns s = tc + C4 j (i, j < 4) of Aqk (out) and of Lkk (delta). Strided, not
+    #    contiguous: threads with consecutive tc read consecutive K rows (KS apart: different banks), threads with
+    #    the same tr read the same Q row (a broadcast). Accumulators: cuda.local.array(16, float32), one per
+    #    matrix, zeroed; and 16-float arrays for the loaded rows. For d in range(0, KP, 4):
+    #      kc[4 j + f] = ld4(sm, O_K + (tc + C4 j) * KS + d)[f]     the 4 column rows: 4 float4
+    #      qr[4 i + f] from O_Q, row tr + C4 i (out);  kr[4 i + f] from O_K, row tr + C4 i (delta)
+    #      acc_qk[4 i + j] += qr[4 i + f] * kc[4 j + f]  (and acc_kk with kr)  for i, j, f < 4 -- 64 FMAs for
+    #      8 loads; one set of column loads feeds both matrices.
+    #    Then for each entry: dec = exp(sm[O_B + t] - sm[O_B + s]) if has_g and s <= t, else 1 (the
+    #    difference is <= 0: never evaluate it above the diagonal, where it is positive and may overflow);
+    #      sm[O_AQK + t * CS + s] = acc_qk * dec if s <= t else 0                        (out)
+    #      sm[O_LA + t * CS + s]  = sm[O_BETA + t] * acc_kk * dec if s < t else 0         (delta)
+    pass
+
+
 @functools.lru_cache(maxsize=None)
 def _intra_kernel(C, KP, has_g, delta, out, vin):
     C4 = C // 4
@@ -290,19 +318,9 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
         #    (padded rows get the last token's b: g is 0 there); store it in sm[O_B + t] and in bcum[bh, t0 + t]
         #    (the state kernel reads it).
         #    cuda.syncthreads()  -- protects: the scores read b_s of rows other threads summed.
-        # 3. Scores, register-blocked: (tr, tc) = divmod(tid, C4); the thread owns the 4x4 micro-tile of rows
-        #    t = tr + C4 i and columns s = tc + C4 j (i, j < 4) of Aqk (out) and of Lkk (delta). Strided, not
-        #    contiguous: threads with consecutive tc read consecutive K rows (KS apart: different banks), threads with
-        #    the same tr read the same Q row (a broadcast). Accumulators: cuda.local.array(16, float32), one per
-        #    matrix, zeroed; and 16-float arrays for the loaded rows. For d in range(0, KP, 4):
-        #      kc[4 j + f] = ld4(sm, O_K + (tc + C4 j) * KS + d)[f]     the 4 column rows: 4 float4
-        #      qr[4 i + f] from O_Q, row tr + C4 i (out);  kr[4 i + f] from O_K, row tr + C4 i (delta)
-        #      acc_qk[4 i + j] += qr[4 i + f] * kc[4 j + f]  (and acc_kk with kr)  for i, j, f < 4 -- 64 FMAs for
-        #      8 loads; one set of column loads feeds both matrices.
-        #    Then for each entry: dec = exp(sm[O_B + t] - sm[O_B + s]) if has_g and s <= t, else 1 (the
-        #    difference is <= 0: never evaluate it above the diagonal, where it is positive and may overflow);
-        #      sm[O_AQK + t * CS + s] = acc_qk * dec if s <= t else 0                        (out)
-        #      sm[O_LA + t * CS + s]  = sm[O_BETA + t] * acc_kk * dec if s < t else 0         (delta)
+        # 3. Scores: _scores(sm, O_K, O_Q, O_AQK, O_LA, O_B, O_BETA, KS, CS, C4, KP, tid, has_g, delta, out), the
+        #    device function above this kernel, also yours (TODO(r3, 1a)): Aqk (out) and Lkk (delta) into shared
+        #    memory. (The package's split schedule calls it from its output kernel too.)
         #    cuda.syncthreads()  -- protects: Aqk and Lkk are complete before any product reads them. From here on
         #    the Q rows are dead: O_Q becomes a [C, RS] tile (W, then the staged V).
         # 4-5. (delta) _wy_inverse(sm, O_K, KS, KP, O_BETA, O_B, O_LA, O_T, CS, C, NB, tid, NTH, has_g): the device
@@ -377,7 +395,7 @@ def _state_layout(C, KP, BV, delta=False, out=False):
 
 
 @functools.lru_cache(maxsize=None)
-def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
+def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, store=False):
     BV4 = BV // 4
     NTH = (KP // 4) * BV4  # one 4x4 tile of the state [KP, BV] per thread
     WIDE = BV4 % 8 == 0  # speed, optional: tiles to threads by _quad_map(idx, BV4, WIDE), 4 x 8 per warp
@@ -398,7 +416,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
     if FAST:
         st_rows = _rows_stager(C, KP, NTH, False)
 
-    def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):
+    def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale, hs):
         """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk:
 
         S (rows 4 rg .. 4 rg + 3, columns 4 cg .. 4 cg + 3 of the tile) lives in registers all along.
@@ -488,6 +506,8 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
         # Memory traffic (budget in the module docstring): per chunk and block, the two row blocks, the value tile and
         #   u2 read once; o written once; the state read once and written once per sequence. 3 barriers per chunk.
         #   Nothing about a chunk's state ever goes to global memory.
+        # (``store`` and ``hs`` belong to the package's split schedule, which this exercise does not launch: its
+        #   state kernel writes every chunk's starting state to hs for a separate output kernel. Leave them be.)
         pass
 
     if config.ENABLE_CUDASIM:  # the simulator's cuda.jit takes no launch_bounds
@@ -518,22 +538,26 @@ def value_tile(C: int, KP: int, V: int, bv=None) -> int:
     return min(bv, 4 * cdiv(max(V, 1), 4))
 
 
-def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
+def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, schedule=None):
     """Launch the intra kernel, then the state kernel (the rung contract: :mod:`linattn_numba.rungs`).
 
     Extension: ``o=None`` means "state only": ``ht`` must be given; the scores Aqk, Q' and U'' and every
     output product are skipped. ``chunk_size=None`` uses ``DEFAULT_CHUNK``. ``bv`` overrides the value-tile
-    width of ``BV_TABLE`` (tests, tuning). ``h0`` and ``ht`` may be the same array.
+    width of ``BV_TABLE`` (tests, tuning). ``h0`` and ``ht`` may be the same array. ``schedule``: only "fused"
+    (the default) here; the package's rung also has "split" for the additive family (its docstring).
     """
-    for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv):
+    for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv, schedule):
         launch()
 
 
-def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
+def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, schedule=None):
     """``[(kernel name, launch)]``: what :func:`forward` runs, in order, as separate callables (so that
     ``tools/tune_r3.py`` can time each kernel). Validates the arguments and allocates the scratch."""
     B, T, H, K = q.shape
     V = v.shape[3]
+    if schedule not in (None, "fused"):
+        raise ValueError(f"rung {NAME!r} (the exercise): schedule must be 'fused', got {schedule!r} (the split "
+                         f"schedule is the package rung's)")
     C = check_launch(NAME, chunk_size, K, o, ht)
     KP = padded_k(K)
     VW = wide_state_columns(NAME, v, o, h0, ht, beta)  # the state's columns: V, or more (state-only delta runs)
@@ -556,7 +580,8 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
     if T > 0 or ht is not None:
         smem_b = _state_layout(C, KP, BV, delta, out)[-1] * f4
         kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin)
-        args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale))
+        args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale),
+                  or_dummy(None, 3))
         todo.append(("state", lambda: _launch(kern_b, (cdiv(VW, BV), BH), (KP // 4) * (BV // 4), smem_b, stream,
                                               args_b)))
     return todo
@@ -593,5 +618,5 @@ def compile_targets():
                             yield (
                                 f"state[{tag},o={int(out)},h0={int(has_h0)},ht={int(has_ht)}]",
                                 _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin).py_func,
-                                (x4, x4, x4, s2, s3, s3, s3, s3, h0_t, ht_t, o_t, f32),
+                                (x4, x4, x4, s2, s3, s3, s3, s3, h0_t, ht_t, o_t, f32, s3),
                             )

@@ -68,6 +68,58 @@ def test_split_p1(recurrence, K, V, with_h0):
     check(make(1, 37, 1, K, V, recurrence, seed=K + V), 16, with_h0, True)
 
 
+def _kernel_names(inp, chunk, **kw):
+    """The kernels ``launches`` would run on these inputs (with an output)."""
+    B, T, H, K = inp["q"].shape
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    o = cuda.device_array((B, T, H, inp["v"].shape[3]), np.float32)
+    return [name for name, _ in r3.launches(d["q"], d["k"], d["v"], d["g"], d["beta"], o, None, None, 0.5, chunk,
+                                            **kw)]
+
+
+@pytest.mark.parametrize("recurrence,T,K,V,with_h0,with_ht", [
+    ("plain", 70, 24, 12, True, True), ("decay", 70, 24, 12, False, True), ("decay", 1, 16, 8, True, False),
+    ("plain", 128, 16, 16, False, False), ("decay", 100, 32, 20, True, True)], ids=str)
+def test_split_schedule(recurrence, T, K, V, with_h0, with_ht):
+    """The split schedule (the default for the additive family at C = 64): the state kernel stores every chunk's
+    starting state to hs, the output kernel computes every chunk's o = scale (diag(gamma) Q S_c + Aqk V) from it.
+    T = 1 and T not a multiple of 64, V narrower than the output kernel's value pass (V = 20 in a 32-wide pass at
+    K' = 32), several state-kernel blocks per head (V = 20 > BV at bv=8); against the float64 recurrence, and
+    equal to the fused schedule within float32 error."""
+    inp = make(1, T, 2 if T < 100 else 1, K, V, recurrence, seed=T + K + V)
+    assert _kernel_names(inp, 64) == (["gates"] if recurrence == "decay" else []) + ["state", "out"]
+    kw = {"bv": 8} if V == 20 else {}
+    check(inp, 64, with_h0, with_ht, **kw)
+    o_s, h_s = run(inp, 64, with_h0, with_ht, **kw)
+    o_f, h_f = run(inp, 64, with_h0, with_ht, schedule="fused", **kw)
+    assert rel_err(o_s, o_f) <= TOL_FP32
+    if with_ht:
+        assert rel_err(h_s, h_f) <= TOL_FP32
+
+
+def test_split_schedule_falls_back(monkeypatch):
+    """Where the split schedule cannot run the fused one does, still correct: the delta family (its P1 feeds the
+    state), float16 inputs, rows that 128-bit accesses cannot take, C = 16 at K' = 64 (the output kernel's
+    fixed-map stagers would need 16 loads in flight per thread: ``split_fits``), a state buffer over
+    SPLIT_MAX_BYTES, state-only calls; an unknown schedule is refused."""
+    dec = make(1, 20, 1, 16, 8, "decay", seed=31)
+    assert r3.split_bytes(1, 20, 1, 16, 8, 64) == 16 * 8 * 4
+    assert _kernel_names(dec, 64) == ["gates", "state", "out"]
+    assert _kernel_names(make(1, 20, 1, 16, 8, "gated_delta", seed=32), 64) == ["intra", "state"]
+    assert _kernel_names(make(1, 20, 1, 16, 8, "decay", seed=33, dtype=np.float16), 64) == ["intra", "state"]
+    assert _kernel_names(make(1, 20, 1, 16, 6, "plain", seed=35), 64) == ["intra", "state"]  # V = 6
+    assert _kernel_names(dec, 16) == ["gates", "state", "out"]  # C = 16 at K' = 16: it fits
+    assert _kernel_names(make(1, 20, 1, 64, 8, "decay", seed=36), 16) == ["intra", "state"]  # C = 16 at K' = 64
+    monkeypatch.setattr(r3, "SPLIT_MAX_BYTES", r3.split_bytes(1, 20, 1, 16, 8, 64) - 1)
+    assert _kernel_names(dec, 64) == ["intra", "state"]
+    check(dec, 64)
+    monkeypatch.undo()
+    _, ht = run(dec, 64, with_o=False)  # state only: the fused schedule's state pass
+    assert rel_err(ht, oracle(dec)[1]) <= TOL_FP32
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        run(make(1, 4, 1, 8, 8, "plain", seed=34), 64, schedule="interleaved")
+
+
 def test_state_layout():
     """The state kernel's shared memory: a third row block (K) for the delta rule with output, the split P1's parts
     for the additive family with output when K' > C, neither otherwise."""
@@ -153,8 +205,10 @@ def test_module_contract():
     assert all(c in r3.CHUNK_SIZES and bv % 4 == 0 for (c, _), bv in r3.BV_TABLE.items())
     labels = [label for label, _, _ in r3.compile_targets()]
     # per dtype and recurrence: intra with output (+ state only unless plain) and state x (4 with o, 2 without)
-    # float32 with and without 128-bit input loads, float16 without
-    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6)
+    # float32 with and without 128-bit input loads, float16 without; with 128-bit loads the split schedule's state
+    # and output kernels of plain and decay; its gates kernel for float32 and float16 gates
+    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 2 + 2
+    assert r3.SCHEDULES == ("fused", "split") and r3.SCHEDULE == "split"  # the measured default (docstring)
 
 
 _COMPILE_SCRIPT = """

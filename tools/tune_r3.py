@@ -33,7 +33,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rung", default="shared", choices=("shared", "warp_roles", "tensor_cores"))
     ap.add_argument("--precision", default="3xtf32", help="r6's precisions to try (comma-separated)")
     ap.add_argument("--intra", default="r3", help="r6's intra kernels to try (comma-separated: r3, tensor_cores)")
-    ap.add_argument("--schedule", default="fused", help="r6's schedules to try (comma-separated: fused, split)")
+    ap.add_argument("--schedule", default="fused",
+                    help="r3's and r6's schedules to try (comma-separated: fused, split)")
     ap.add_argument("--handoff", default=None,
                     help="r5's stage hand-offs to try (comma-separated: pair, rendezvous; default: r5's HANDOFF)")
     ap.add_argument("--out", default="tune_r3.json")
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
     mod = rungs.module(args.rung)
     precisions = args.precision.split(",") if args.rung == "tensor_cores" else [None]
     intras = args.intra.split(",") if args.rung == "tensor_cores" else [None]
-    schedules = args.schedule.split(",") if args.rung == "tensor_cores" else [None]
+    schedules = args.schedule.split(",") if args.rung in ("tensor_cores", "shared") else [None]
     handoffs = (args.handoff or mod.HANDOFF).split(",") if args.rung == "warp_roles" else [None]
     result = {"device": bench.device_info(), "rung": args.rung, "shape": dict(B=B, T=T, H=H, K=K, V=V),
               "date": time.ctime(), "git": bench.git_sha(), "versions": bench.versions(), "recurrences": {}}

@@ -647,6 +647,58 @@ def _wy_inverse(sm, O_K, KS, KP, O_BETA, O_B, O_LA, O_T, CS, C, NB, tid, NTH, ha
         cuda.syncthreads()  # block row bi of A complete
 
 
+@cuda.jit(device=True, inline="always")
+def _scores(sm, O_K, O_Q, O_AQK, O_LA, O_B, O_BETA, KS, CS, C4, KP, tid, has_g, delta, out):
+    """The intra (and split output) kernel's scores: sm[O_AQK + t CS + s] = Aqk[t, s] = (Q K^T)[t, s] Gamma_ts for
+    s <= t (``out``) and sm[O_LA + t CS + s] = Lkk[t, s] = beta_t (K K^T)[t, s] Gamma_ts for s < t (``delta``), 0
+    above; K's and Q's rows at O_K, O_Q (stride KS, KP columns), b_t at O_B, beta_t at O_BETA. One 4x4 tile (rows
+    tr + C/4 i, columns tc + C/4 j, tr = tid // C4, tc = tid % C4) of each per thread: strided, so a warp's 16
+    column rows fall in distinct banks. The caller syncs before and after."""
+    tr = tid // C4
+    tc = tid % C4
+    acc_qk = cuda.local.array(16, float32)
+    acc_kk = cuda.local.array(16, float32)
+    kc = cuda.local.array(16, float32)
+    kr = cuda.local.array(16, float32)
+    qr = cuda.local.array(16, float32)
+    for e in range(16):
+        acc_qk[e] = float32(0.0)
+        acc_kk[e] = float32(0.0)
+    for d in range(0, KP, 4):
+        for j in range(4):
+            x = ld4(sm, O_K + (tc + C4 * j) * KS + d)
+            for f in range(4):
+                kc[4 * j + f] = x[f]
+        for i in range(4):
+            if delta:
+                x = ld4(sm, O_K + (tr + C4 * i) * KS + d)
+                for f in range(4):
+                    kr[4 * i + f] = x[f]
+            if out:
+                y = ld4(sm, O_Q + (tr + C4 * i) * KS + d)
+                for f in range(4):
+                    qr[4 * i + f] = y[f]
+        for i in range(4):
+            for j in range(i + 1):  # column tc + C/4 j > row tr + C/4 i for j > i: masked below, never summed
+                for f in range(4):
+                    if out:
+                        acc_qk[4 * i + j] += qr[4 * i + f] * kc[4 * j + f]
+                    if delta:
+                        acc_kk[4 * i + j] += kr[4 * i + f] * kc[4 * j + f]
+    for i in range(4):
+        t = tr + C4 * i
+        bt = sm[O_B + t] if has_g else float32(0.0)
+        for j in range(4):
+            s = tc + C4 * j
+            dec = float32(1.0)
+            if has_g and s <= t:
+                dec = math.exp(bt - sm[O_B + s])  # b_t - b_s <= 0: never overflows
+            if out:
+                sm[O_AQK + t * CS + s] = acc_qk[4 * i + j] * dec if s <= t else float32(0.0)
+            if delta:
+                sm[O_LA + t * CS + s] = sm[O_BETA + t] * acc_kk[4 * i + j] * dec if s < t else float32(0.0)
+
+
 @functools.lru_cache(maxsize=None)
 def _intra_kernel(C, KP, has_g, delta, out, vin):
     C4 = C // 4
@@ -721,50 +773,7 @@ def _intra_kernel(C, KP, has_g, delta, out, vin):
         if not (delta or out):
             return
 
-        # -- scores: one 4x4 tile (rows tr + C/4 i, columns tc + C/4 j) of Aqk and Lkk per thread --
-        tr = tid // C4
-        tc = tid % C4
-        acc_qk = cuda.local.array(16, float32)
-        acc_kk = cuda.local.array(16, float32)
-        kc = cuda.local.array(16, float32)
-        kr = cuda.local.array(16, float32)
-        qr = cuda.local.array(16, float32)
-        for e in range(16):
-            acc_qk[e] = float32(0.0)
-            acc_kk[e] = float32(0.0)
-        for d in range(0, KP, 4):
-            for j in range(4):
-                x = ld4(sm, O_K + (tc + C4 * j) * KS + d)
-                for f in range(4):
-                    kc[4 * j + f] = x[f]
-            for i in range(4):
-                if delta:
-                    x = ld4(sm, O_K + (tr + C4 * i) * KS + d)
-                    for f in range(4):
-                        kr[4 * i + f] = x[f]
-                if out:
-                    y = ld4(sm, O_Q + (tr + C4 * i) * KS + d)
-                    for f in range(4):
-                        qr[4 * i + f] = y[f]
-            for i in range(4):
-                for j in range(i + 1):  # column tc + C/4 j > row tr + C/4 i for j > i: masked below, never summed
-                    for f in range(4):
-                        if out:
-                            acc_qk[4 * i + j] += qr[4 * i + f] * kc[4 * j + f]
-                        if delta:
-                            acc_kk[4 * i + j] += kr[4 * i + f] * kc[4 * j + f]
-        for i in range(4):
-            t = tr + C4 * i
-            bt = sm[O_B + t] if has_g else float32(0.0)
-            for j in range(4):
-                s = tc + C4 * j
-                dec = float32(1.0)
-                if has_g and s <= t:
-                    dec = math.exp(bt - sm[O_B + s])  # b_t - b_s <= 0: never overflows
-                if out:
-                    sm[O_AQK + t * CS + s] = acc_qk[4 * i + j] * dec if s <= t else float32(0.0)
-                if delta:
-                    sm[O_LA + t * CS + s] = sm[O_BETA + t] * acc_kk[4 * i + j] * dec if s < t else float32(0.0)
+        _scores(sm, O_K, O_Q, O_AQK, O_LA, O_B, O_BETA, KS, CS, C4, KP, tid, has_g, delta, out)
         cuda.syncthreads()  # scores complete; Q rows no longer needed (their space is reused)
 
         acc = cuda.local.array(16, float32)
@@ -1045,7 +1054,7 @@ def _chunk_prefetcher(C, KP, BV, NTH, delta, out):
 
 
 @functools.lru_cache(maxsize=None)
-def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
+def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, store=False):
     BV4 = BV // 4
     NTH = (KP // 4) * BV4  # one 4x4 tile of the state [KP, BV] per thread
     WIDE = BV4 % 8 == 0  # tiles to threads by _quad_map's 4 x 8 per warp (one wavefront per 128-bit load)
@@ -1066,13 +1075,15 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
     if FAST:
         st_rows = _rows_stager(C, KP, NTH, False)
 
-    def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale):
+    def state(q, k, v, bcum, w, u, qp, u2, h0, ht, o, scale, hs):
         """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk:
 
         S (rows 4 rg .. 4 rg + 3, columns 4 cg .. 4 cg + 3 of the tile) lives in registers all along.
         Per chunk: X = [W; Q'] S (delta) or Q S (additive) from shared memory, then
         V_new = U - W S (delta) or V,  o = scale (Q' S + U'')  or  scale (diag(gamma) Q S + U''),
         S <- gamma_C S + K^T diag(gamma_C / gamma) V_new.
+        ``store`` (the split schedule, additive and state only): every chunk's starting state S_c to
+        ``hs[bh, c KP + row, column]`` (rows past K are zero), for the output kernel (:func:`_out_kernel`).
         """
         T, H, K = k.shape[1], k.shape[2], k.shape[3]
         V = ht.shape[3] if (delta and not out) else v.shape[3]  # the state's columns (wide_state_columns)
@@ -1101,6 +1112,10 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
             t0 = c * C
             n = min(C, T - t0)
             b_last = bcum[bh, t0 + n - 1] if has_g else float32(0.0)
+            if store and v0 + cg * 4 < V:  # V is a multiple of 4 here (split_fits): whole quads
+                for i in range(4):
+                    st4(hs, (bh, c * KP + rg * 4 + i, v0 + cg * 4), (S[4 * i], S[4 * i + 1], S[4 * i + 2],
+                                                                      S[4 * i + 3]))
             # -- stage: S, the row blocks, the value tile (gamma_t and gamma_C / gamma_t are already in place) --
             if NT1 > 0:
                 for i in range(4):
@@ -1233,6 +1248,142 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin):
 
 
 # ----------------------------------------------------------------------------------------------------------
+# the split schedule (additive family): states first, then every chunk's output in parallel
+# ----------------------------------------------------------------------------------------------------------
+SCHEDULES = ("fused", "split")
+SCHEDULE = "split"  # the default of forward(schedule=...): faster on the H200 (module docstring)
+SPLIT_MAX_BYTES = 4 << 30  # the largest per-chunk state buffer (hs) the split schedule allocates
+SPLIT_BV = 32  # the split schedule's state kernel: value-tile width (P2 only: 256 threads, two blocks per SM)
+GATES_THREADS = 128
+
+
+@functools.lru_cache(maxsize=None)
+def _gates_kernel(C):
+    """bcum[bh, t] = b_t, the in-chunk cumulative log-gate (rows past T: b of the chunk's last token, as the intra
+    kernel writes it), one thread per (head, chunk): the split schedule's state kernel needs b before any output
+    kernel runs, and the intra kernel would reserve ~100 KB of shared memory per block to do it."""
+
+    def gates(g, bcum):
+        B, T, H = g.shape
+        NC = (T + C - 1) // C
+        i = cuda.grid(1)
+        if i < B * H * NC:
+            bh = i // NC
+            c = i % NC
+            b = bh // H
+            h = bh % H
+            t0 = c * C
+            n = min(C, T - t0)
+            acc = float32(0.0)
+            for t in range(C):
+                if t < n:
+                    acc += float32(g[b, t0 + t, h])
+                bcum[bh, t0 + t] = acc
+
+    return cuda.jit(gates)
+
+
+def _out_layout(C, KP):
+    """Offsets (floats) of :func:`_out_kernel`'s shared arrays, and the total. R holds K's rows for the scores,
+    then the chunk's state tile [KP, CB] unpadded: in Q S_c every thread of a warp reads the same row of it at a
+    time (consecutive float4), so no padding is needed against bank conflicts, and without it the tile fits in
+    K's [C, KP + 4] at C = 64, K' = 128 (two blocks per SM)."""
+    KS, CS, CB = KP + 4, C + 4, min(WIDE_TILE, KP)
+    RS = CB + 4
+    o_r = 0
+    o_q = o_r + max(C * KS, KP * CB)
+    o_aqk = o_q + C * KS
+    o_v = o_aqk + C * CS  # the value tile [C, RS]
+    o_b = o_v + C * RS
+    return o_r, o_q, o_aqk, o_v, o_b, o_b + C
+
+
+def split_fits(K, V, C, delta, out, vin) -> bool:
+    """Whether the split schedule can run: the additive family with the output, float32 inputs and output with
+    16-byte aligned rows (``vin``), and sizes that the output kernel's fixed-map stagers take (C = 64 at K <= 128)."""
+    if delta or not out or not vin:
+        return False
+    KP = padded_k(K)
+    NTH = (C // 4) ** 2
+    CB = min(WIDE_TILE, KP)
+    return (_stager_fits(KP, NTH) and _stager_fits(CB, NTH) and cdiv(C * KP // 4, NTH) <= QBATCH
+            and cdiv(C * CB // 4, NTH) <= QBATCH and cdiv(KP * CB // 4, NTH) <= QBATCH)
+
+
+def split_bytes(B, T, H, K, V, C) -> int:
+    """Bytes of the split schedule's per-chunk state buffer ``hs`` [B H, NC KP, V] (float32)."""
+    return B * H * cdiv(T, C) * padded_k(K) * V * 4
+
+
+@functools.lru_cache(maxsize=None)
+def _out_kernel(C, KP, has_g):
+    """The split schedule's output, one chunk of one head per block (fla's ``chunk_fwd_o``):
+    ``O = scale (diag(gamma) Q S_c + Aqk V)`` with S_c the chunk's starting state, written by the state kernel
+    (``store``) to ``hs``. The intra kernel's staging and scores, then per CB value columns ``acc = Q S_c``
+    (K' steps), ``acc *= gamma_t`` per row, ``acc += Aqk V`` (up to the diagonal) in the same 16 accumulators: the
+    output never goes through global memory as U''. Sizes as :func:`split_fits` asks (every size a constant)."""
+    C4 = C // 4
+    NTH = C4 * C4
+    CB = min(WIDE_TILE, KP)
+    CB4 = CB // 4
+    NTILE = C4 * CB4
+    KS, CS, RS = KP + 4, C + 4, CB + 4
+    O_R, O_Q, O_AQK, O_V, O_B, _ = _out_layout(C, KP)
+    st_rows = _rows_stager(C, KP, NTH, False)  # K, Q
+    st_val = _rows_stager(C, CB, NTH, False)  # V
+    st_state = _rows_stager(KP, CB, NTH, True)  # S_c's rows from hs
+
+    def out(q, k, v, bcum, hs, o, scale):
+        """Chunk x of head y: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
+        T, H, K = q.shape[1], q.shape[2], q.shape[3]
+        V = v.shape[3]
+        sm = cuda.shared.array(0, float32)
+        c = cuda.blockIdx.x
+        bh = cuda.blockIdx.y
+        b = bh // H
+        h = bh % H
+        tid = cuda.threadIdx.x
+        t0 = c * C
+        n = min(C, T - t0)
+        if has_g:
+            for t in range(tid, C, NTH):
+                sm[O_B + t] = bcum[bh, t0 + t]
+        st_rows(sm, O_R, KS, k, b, h, t0, n, K, 0, tid, False, 0)
+        st_rows(sm, O_Q, KS, q, b, h, t0, n, K, 0, tid, False, 0)
+        cuda.syncthreads()  # K, Q rows and b staged
+        _scores(sm, O_R, O_Q, O_AQK, O_AQK, O_B, O_B, KS, CS, C4, KP, tid, has_g, False, True)
+        cuda.syncthreads()  # Aqk complete; K's rows are read: R takes the state tile
+        for vb in range(0, V, CB):
+            st_state(sm, O_R, CB, hs, bh, c * KP, V, vb, tid)
+            st_val(sm, O_V, RS, v, b, h, t0, n, V, vb, tid, False, 0)
+            cuda.syncthreads()  # the state and value tiles staged
+            for tile in range(tid, NTILE, NTH):
+                rr = tile // CB4
+                cc = tile % CB4
+                acc = cuda.local.array(16, float32)
+                for e in range(16):
+                    acc[e] = float32(0.0)
+                _mm_nn8(sm, acc, O_Q, KS, O_R, CB, 4 * rr, 1, cc * 4, KP)  # rows of S_c past K are zero
+                if has_g:
+                    for i in range(4):
+                        gr = math.exp(sm[O_B + 4 * rr + i])  # gamma_t = exp(b_t) <= 1
+                        for j in range(4):
+                            acc[4 * i + j] *= gr
+                _mm_nn8(sm, acc, O_AQK, CS, O_V, RS, 4 * rr, 1, cc * 4, 8 * (rr // 2 + 1))  # Aqk: 0 past t
+                col = vb + cc * 4
+                for i in range(4):
+                    r = 4 * rr + i
+                    if r < n and col < V:  # V a multiple of 4: the whole quad
+                        st4(o, (b, t0 + r, h, col), (scale * acc[4 * i], scale * acc[4 * i + 1],
+                                                     scale * acc[4 * i + 2], scale * acc[4 * i + 3]))
+            cuda.syncthreads()  # both tiles are read: the next pass may stage over them
+
+    if config.ENABLE_CUDASIM:
+        return cuda.jit(out)
+    return cuda.jit(out, launch_bounds=(NTH, INTRA_MIN_BLOCKS))
+
+
+# ----------------------------------------------------------------------------------------------------------
 # launching
 # ----------------------------------------------------------------------------------------------------------
 def padded_k(K: int) -> int:
@@ -1320,27 +1471,33 @@ def wide_state_columns(name, v, o, h0, ht, beta) -> int:
     return ht.shape[3]
 
 
-def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
+def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, schedule=None):
     """Launch the intra kernel, then the state kernel (the rung contract: :mod:`linattn_numba.rungs`).
 
     Extension: ``o=None`` means "state only": ``ht`` must be given; the scores Aqk, Q' and U'' and every
     output product are skipped; for the delta family ``ht`` and ``h0`` may then have more value columns than
     ``v`` (:func:`wide_state_columns`). ``chunk_size=None`` uses ``DEFAULT_CHUNK``. ``bv`` overrides the
-    value-tile width of ``BV_TABLE`` (tests, tuning). ``h0`` and ``ht`` may be the same array.
+    value-tile width of ``BV_TABLE`` (tests, tuning). ``h0`` and ``ht`` may be the same array. ``schedule``:
+    "fused" (the two kernels above) or "split" (the additive family with the output: gates, the state kernel
+    storing every chunk's starting state, then every chunk's output in parallel); default :data:`SCHEDULE`.
+    "split" runs only where :func:`split_fits` and its buffer is at most :data:`SPLIT_MAX_BYTES`, else the fused
+    schedule runs (the same result within float32 error).
     """
-    for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv):
+    for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv, schedule):
         launch()
 
 
-def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
+def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, schedule=None):
     """``[(kernel name, launch)]``: what :func:`forward` runs, in order, as separate callables (so that
     ``tools/tune_r3.py`` can time each kernel). Validates the arguments and allocates the scratch."""
     B, T, H, K = q.shape
     V = v.shape[3]
+    schedule = SCHEDULE if schedule is None else schedule
+    if schedule not in SCHEDULES:
+        raise ValueError(f"rung {NAME!r}: schedule must be one of {SCHEDULES}, got {schedule!r}")
     C = check_launch(NAME, chunk_size, K, o, ht)
     KP = padded_k(K)
     VW = wide_state_columns(NAME, v, o, h0, ht, beta)
-    BV = value_tile(C, KP, VW, bv)
     has_g, delta, out = g is not None, beta is not None, o is not None
     BH = B * H
     if BH == 0 or V == 0:
@@ -1349,6 +1506,10 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
     TP = NC * C
     f4 = np.dtype(np.float32).itemsize
     vin = T > 0 and _rows_aligned(q, k, v)  # 128-bit loads of the inputs
+    if (schedule == "split" and T > 0 and split_fits(K, V, C, delta, out, vin and _rows_aligned(o))
+            and split_bytes(B, T, H, K, V, C) <= SPLIT_MAX_BYTES):
+        return _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv)
+    BV = value_tile(C, KP, VW, bv)
     bcum, w, u, qp, u2 = scratch_buffers(BH, TP, KP, V, has_g, delta, out, stream)
     todo = []
     if T > 0 and (has_g or delta or out):
@@ -1359,9 +1520,40 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None):
     if T > 0 or ht is not None:
         smem_b = _state_layout(C, KP, BV, delta, out)[-1] * f4
         kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin)
-        args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale))
+        args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale),
+                  or_dummy(None, 3))
         todo.append(("state", lambda: _launch(kern_b, (cdiv(VW, BV), BH), (KP // 4) * (BV // 4), smem_b, stream,
                                               args_b)))
+    return todo
+
+
+def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv):
+    """The split schedule's launches (``launches`` checked that it fits): gates (with g), the state kernel in
+    state-only mode storing S_c to ``hs`` (value tile ``bv`` or :data:`SPLIT_BV`), the output kernel."""
+    B, T, H, K = q.shape
+    V = v.shape[3]
+    BH = B * H
+    has_g = g is not None
+    f4 = np.dtype(np.float32).itemsize
+    BV = value_tile(C, KP, V, SPLIT_BV if bv is None else bv)
+    bcum = _scratch("bcum", (BH, NC * C), stream) if has_g else or_dummy(None, 2)
+    hs = _scratch("hs", (BH, NC * KP, V), stream)
+    d3 = or_dummy(None, 3)
+    todo = []
+    if has_g:
+        kern_g = _gates_kernel(C)
+        todo.append(("gates", lambda: _launch(kern_g, cdiv(BH * NC, GATES_THREADS), GATES_THREADS, 0, stream,
+                                              (g, bcum))))
+    smem_s = _state_layout(C, KP, BV)[-1] * f4
+    kern_s = _state_kernel(C, KP, BV, has_g, False, False, h0 is not None, ht is not None, True, True)
+    args_s = (q, k, v, bcum, d3, d3, d3, d3, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(None, 4), np.float32(scale),
+              hs)
+    todo.append(("state", lambda: _launch(kern_s, (cdiv(V, BV), BH), (KP // 4) * (BV // 4), smem_s, stream,
+                                          args_s)))
+    smem_o = _out_layout(C, KP)[-1] * f4
+    kern_o = _out_kernel(C, KP, has_g)
+    args_o = (q, k, v, bcum, hs, o, np.float32(scale))
+    todo.append(("out", lambda: _launch(kern_o, (NC, BH), (C // 4) ** 2, smem_o, stream, args_o)))
     return todo
 
 
@@ -1396,5 +1588,12 @@ def compile_targets():
                             yield (
                                 f"state[{tag},o={int(out)},h0={int(has_h0)},ht={int(has_ht)}]",
                                 _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin).py_func,
-                                (x4, x4, x4, s2, s3, s3, s3, s3, h0_t, ht_t, o_t, f32),
+                                (x4, x4, x4, s2, s3, s3, s3, s3, h0_t, ht_t, o_t, f32, s3),
                             )
+                if vin and not delta:  # the split schedule: state kernel storing S_c (with h0 and ht), output
+                    yield (f"state[{tag},split]", _state_kernel(C, KP, SPLIT_BV, has_g, False, False, True, True,
+                                                               True, True).py_func,
+                           (x4, x4, x4, s2, s3, s3, s3, s3, a4, a4, s4, f32, s3))
+                    yield (f"out[{rec}]", _out_kernel(C, KP, has_g).py_func, (x4, x4, x4, s2, s3, a4, f32))
+    yield ("gates[float32]", _gates_kernel(C).py_func, (array_type(np.float32, 3), s2))
+    yield ("gates[float16]", _gates_kernel(C).py_func, (array_type(np.float16, 3), s2))

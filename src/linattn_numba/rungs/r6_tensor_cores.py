@@ -767,47 +767,18 @@ def _intra_delta_kernel(C, KP, has_g, three):
 # ----------------------------------------------------------------------------------------------------------
 # the split schedule (additive family): states first, then every chunk's output in parallel
 # ----------------------------------------------------------------------------------------------------------
-SCHEDULES = ("fused", "split")
+SCHEDULES = r3.SCHEDULES
 SCHEDULE = "split"  # the default of forward(schedule=...): faster on the H200 (module docstring)
-SPLIT_MAX_BYTES = 4 << 30  # the largest per-chunk state buffer (hs) the split schedule allocates
-GATES_THREADS = 128
+SPLIT_MAX_BYTES = r3.SPLIT_MAX_BYTES  # the largest per-chunk state buffer (hs) the split schedule allocates
+GATES_THREADS = r3.GATES_THREADS
+_gates_kernel = r3._gates_kernel  # bcum for the split schedule (r3's, which has the same schedule on the FMA units)
+split_bytes = r3.split_bytes
 
 
 def split_fits(K, V, C, delta, out, vin) -> bool:
     """Whether the split schedule can run: what :func:`_out_add_kernel` needs (the additive family with the
     output, float32 inputs with aligned rows), the same as the tensor-core intra kernel's."""
     return intra_tc_fits(K, V, C, delta, out, vin)
-
-
-def split_bytes(B, T, H, K, V, C) -> int:
-    """Bytes of the split schedule's per-chunk state buffer ``hs`` [B H, NC KP, V] (float32)."""
-    return B * H * cdiv(T, C) * r3.padded_k(K) * V * 4
-
-
-@functools.lru_cache(maxsize=None)
-def _gates_kernel(C):
-    """bcum[bh, t] = b_t, the in-chunk cumulative log-gate (rows past T: b of the chunk's last token, as r3's
-    intra kernel writes it), one thread per (head, chunk): the split schedule's state kernel needs b before any
-    output kernel runs, and r3's intra kernel would reserve ~100 KB of shared memory per block to do it."""
-
-    def gates(g, bcum):
-        B, T, H = g.shape
-        NC = (T + C - 1) // C
-        i = cuda.grid(1)
-        if i < B * H * NC:
-            bh = i // NC
-            c = i % NC
-            b = bh // H
-            h = bh % H
-            t0 = c * C
-            n = min(C, T - t0)
-            acc = float32(0.0)
-            for t in range(C):
-                if t < n:
-                    acc += float32(g[b, t0 + t, h])
-                bcum[bh, t0 + t] = acc
-
-    return cuda.jit(gates)
 
 
 def _out_tc_layout(C, KP):
