@@ -540,7 +540,8 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     if BH == 0 or V == 0:
         return []
     # r3's intra kernel, launched by r3's own code (which allocates the scratch it writes: the same buffers below)
-    todo = [(name, fn) for name, fn in r3.launches(q, k, v, g, beta, o, h0, ht, scale, C, stream) if name == "intra"]
+    todo = [(name, fn) for name, fn in r3.launches(q, k, v, g, beta, o, h0, ht, scale, C, stream, schedule="fused")
+            if name == "intra"]
     NC = cdiv(T, C)
     TP = NC * C
     bcum, w, u, qp, u2 = r3.scratch_buffers(BH, TP, KP, V, has_g, delta, out, stream)

@@ -993,8 +993,8 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
         args_a = (q, k, v, or_dummy(g, 3), beta, bcum, w, u, qp, u2)
         todo = [("intra", lambda: r3._launch(kern_a, (NC, BH), INTRA_THREADS, smem_a, stream, args_a))]
     else:  # r3's intra kernel, launched by r3's own code (which allocates the scratch: the same buffers below)
-        todo = [(name, fn) for name, fn in r3.launches(q, k, v, g, beta, o, h0, ht, scale, C, stream)
-                if name == "intra"]
+        todo = [(name, fn) for name, fn in r3.launches(q, k, v, g, beta, o, h0, ht, scale, C, stream,
+                                                       schedule="fused") if name == "intra"]
         bcum, w, u, qp, u2 = r3.scratch_buffers(BH, NC * C, KP, V, has_g, delta, out, stream)
     if T > 0 or ht is not None:
         smem_b = _state_layout(C, KP, BV)[-1] * np.dtype(np.float32).itemsize
