@@ -163,7 +163,7 @@ print(f"C = {C64}: {NB} diagonal blocks, {NB - 1} block rows; max |blockwise - n
 # 4 are how the kernels feed their arithmetic):
 
 # %%
-show_doc(doc_between("What changed from r2", "Pipeline ("))
+show_doc(doc_between("What changed from r2", "Pipeline of the fused schedule"))
 
 # %% [markdown]
 # ## 2. The thread/block map
@@ -171,7 +171,7 @@ show_doc(doc_between("What changed from r2", "Pipeline ("))
 # The docstring's pipeline, its thread maps and what each kernel's barriers protect:
 
 # %%
-show_doc(doc_between("Pipeline (", "Thread maps"))
+show_doc(doc_between("Pipeline of the fused schedule", "Thread maps"))
 show_doc(doc_section("Thread maps"))
 
 # %% [markdown]
@@ -290,6 +290,34 @@ for rec in reference.RECURRENCES:
         assert max(errs) <= TOL_FP32, (rec, C, errs)
 display(Markdown(f"| recurrence | C | rel err o | rel err final state | within {TOL_FP32:g} |\n|---|--:|--:|--:|---|\n"
                  + "\n".join(rows)))
+
+# %% [markdown]
+# **The split schedule.** For plain and decay attention r3 runs, by default, three kernels instead of two (the
+# module docstring's section "The split schedule"): the state walk stores every chunk's starting state `S_c` to a
+# buffer `hs`, and an output kernel computes every chunk's `O = scale (diag(γ) Q S_c + Aqk V)` at once, as fla's
+# `chunk_fwd_o` does. Which kernels run for each recurrence at `C = 64` (the split schedule's output kernel needs
+# its fixed-map stagers to fit: `r3.split_fits`), and how far the two schedules' outputs are apart:
+
+# %%
+from numba import cuda  # noqa: E402
+
+B, T, H, K, V = 1, 70, 1, 16, 16
+for rec in reference.RECURRENCES:
+    inp = make_inputs(B, T, H, K, V, rec, initial_state=True, seed=1)
+    d = {n: (None if a is None else cuda.to_device(np.ascontiguousarray(a))) for n, a in inp.items()}
+    res = {}
+    for sched in r3.SCHEDULES:
+        o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32))
+        ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32))
+        todo = r3.launches(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, K**-0.5, 64,
+                           schedule=sched)
+        for _, launch in todo:
+            launch()
+        res[sched] = ([name for name, _ in todo], o.copy_to_host())
+    gap = rel_err(res["split"][1], res["fused"][1])
+    print(f"{rec:12s} fused: {' -> '.join(res['fused'][0]):14s} split: {' -> '.join(res['split'][0]):22s}"
+          f" outputs differ by {gap:.1e}")
+    assert gap <= TOL_FP32, (rec, gap)
 
 # %% [markdown]
 # ## 5. Napkin math

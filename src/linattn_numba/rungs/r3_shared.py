@@ -1,6 +1,6 @@
 """Rung r3, ``shared``: the chunkwise algorithm of r2 (:func:`linattn_numba.reference.chunked`) in two fused
 kernels that keep every operand of their matrix products in shared memory and every thread's results in
-registers.
+registers (for plain and decay attention, by default, three: the *split schedule*, section below).
 
 What changed from r2, and why
 -----------------------------
@@ -52,7 +52,8 @@ buffer ``h`` of per-chunk states, and inner loops that read each operand element
    prefetch asks for each line by a fixed map (:func:`_chunk_prefetcher`): 20-odd instructions a request, not
    a general loop of 170.
 
-Pipeline (``forward`` launches them in this order)::
+Pipeline of the fused schedule (``forward`` launches them in this order; for plain and decay attention with an
+output the default is the split schedule, its own section below)::
 
     intra   per chunk, parallel: b (cumulative log-gates), Aqk = tril(Q K^T ⊙ Gamma),
             delta: Lkk, A = (I + Lkk)^-1, W = A diag(beta gamma) K, U = A diag(beta) V, Q' = diag(gamma) Q - Aqk W;
@@ -226,15 +227,50 @@ made the intra kernel slower (gated delta 1.798 ms, decay 0.645 against 0.634) a
 (``figures/data/h200_r3_a757612.json``, the README's table): delta 3.64 -> 3.46, gated delta 3.81 -> 3.62 ms;
 plain and decay unchanged (1.87, 2.02).
 
-What still limits r3: the decay state kernel does its 34.6 GFLOP (66 kFLOP per token-head, as executed) in 1.39
-ms, 25 TFLOP/s, 37 % of the FMA peak; one block of 16 warps per SM (128 blocks at this shape: one wave) must
-issue every instruction, and besides the FMAs it issues the staging, the output stores and the summing step
-(43 % of the instructions were not FMAs at 9ed137f; the loops' share of that is halved, the rest is not).
-The next steps are fewer instructions per chunk outside the loops (128-bit output stores, the staging's
-addresses in 32-bit arithmetic) and overlapping the staging with the products (``cp.async`` double buffering;
-numba-cuda has no ``cp.async``, inline PTX does). The intra kernel of the delta family (1.60 ms at a757612)
+What limited r3 before the split schedule (below): the decay state kernel did its 34.6 GFLOP (66 kFLOP per
+token-head, as executed) in 1.39 ms, 25 TFLOP/s, 37 % of the FMA peak; one block of 16 warps per SM (128 blocks at
+this shape: one wave) must issue every instruction, and besides the FMAs it issues the staging, the output stores
+and the summing step (43 % of the instructions were not FMAs at 9ed137f; the loops' share of that is halved, the
+rest is not). The split schedule takes P1 out of that walk. What limits both schedules now is that no kernel
+overlaps its staging with its products: each chunk (or value pass) stages, waits at a barrier, multiplies
+(``cp.async`` double buffering would overlap them: numba-cuda has no ``cp.async``, inline PTX does; r5 does it
+with warp roles, and two stages of the split output kernel's tiles would not fit beside its Q and Aqk at two
+blocks per SM). The intra kernel of the delta family (1.60 ms at a757612)
 is the other half: its scores (a fifth of it at 9ed137f), the inverse's serial diagonal phase on 2 of 8 warps,
 and its barriers.
+
+The split schedule (the additive family's default: :data:`SCHEDULE`)
+---------------------------------------------------------------------
+For plain and decay attention nothing later depends on P1 (``Q S``, the output's inter-chunk part), yet the fused
+schedule computes it inside the sequential walk: one block of 512 threads per SM (128 blocks at the standard
+shape) issues both products. ``schedule="split"`` takes it out, as fla's chunk kernels do (and r6 on the tensor
+cores), at the price of a buffer of every chunk's starting state::
+
+    gates   (heads x chunks threads)        bcum = in-chunk cumulative log-gates                     (decay only)
+    state   grid (V / BV, B H), the state   per chunk: hs[c] = S (4 128-bit stores a thread), then
+            kernel in state-only mode       S <- gamma_C S + K^T diag(gamma_C / gamma) V (P2 only; BV = SPLIT_BV
+            with ``store``                  = 32: 256 threads, two blocks per SM, 256 blocks)
+    out     grid (NT, B H), 256 threads     O = scale (diag(gamma) Q hs[c] + Aqk V), every chunk at once
+            (:func:`_out_kernel`)           (fla's chunk_fwd_o): the intra kernel's staging and scores
+                                            (:func:`_scores`), then per 64 value columns one 4x4 tile a thread,
+                                            acc = Q S_c (K' steps), acc *= gamma_t, acc += Aqk V (up to the
+                                            diagonal) in the same accumulators; S_c's tile [K', 64] unpadded in
+                                            K's space (a warp reads one of its rows at a time: no bank conflicts)
+
+Bytes at the standard shape: ``hs`` is B H NT K' V floats, 512 MiB written once and read once, where the fused
+schedule writes and reads U'' (256 MiB). Shared memory: out 100.3 KB (two blocks per SM), state 93.5 KB at BV = 32.
+Registers (``tools/sass.py``, sm_90): out 107, state 113 (decay), no spills.
+Measured on the H200 at B4 T8192 H16 K=V=128 (``figures/data/probes/h200_tune_r3_split_9f779f1.json``, one run,
+oracle-checked): decay fused 2.018 ms (intra 0.637 + state 1.381) against split 1.928 ms (gates 0.024 + state
+0.717 + out 1.168); plain 1.869 against 1.762 ms (state 0.670 + out 1.092); BV = 64 in the split state kernel
+0.731 / 0.673 ms. The bench beside fla (``figures/data/h200_r3_split_b9584ee.json``): 1.767 / 1.931 ms (plain /
+decay) against fla's 0.809 / 0.875. The state walk halves as its P1 goes; the output kernel, 27 GFLOP
+(Q S_c 17, scores 5.4, Aqk V 4.5) and 1.5 GiB in 1.17 ms, 23 TFLOP/s and 1.4 TB/s, is now the larger part: one
+chunk per block, two blocks per SM, its staging and products not overlapped (each pass stages, waits at the
+barrier, multiplies). It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; the
+output kernel's fixed-map stagers: C = 64 at K <= 128) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere,
+and for the delta family (whose P1 ``W S`` feeds the state), the fused schedule runs. compute-sanitizer's
+memcheck, racecheck and synccheck report nothing for it (``figures/data/h200_sanitize_par_b9584ee.txt``).
 
 Numerics: every product accumulates in float32; float16 inputs are converted on load; every exponent is a
 difference of in-chunk cumulative log-gates b_t - b_s <= 0 (gamma_t = exp(b_t), gamma_C / gamma_t =

@@ -152,9 +152,11 @@ r3 / r5 1.869 / 2.573 ms (plain), 2.032 / 2.661 (decay), 3.635 / 4.260 (delta), 
 (``figures/data/probes/h200_r3_67a8c79.json``), r5 1.14-1.38x slower. With r3's WY inverse on ``ld1`` and Q'
 loading Q before its product (a757612; r3's intra kernel, which r5 shares): r3 / r5 1.869 / 2.576 ms (plain), 2.015 /
 2.658 (decay), 3.457 / 4.082 (delta), 3.622 / 4.156 (gated delta) (``figures/data/h200_r3_a757612.json``), r5
-1.15-1.38x slower.
+1.15-1.38x slower. Since b9584ee r3 runs plain and decay by its split schedule (its docstring): 1.767 / 1.931 ms
+(``figures/data/h200_r3_split_b9584ee.json``), which r5 does not have; r5 is measured against r3's fused schedule,
+the one it specialises (the numbers above).
 
-Numerics: the same operations in the same order as r3's state kernel (in the simulator r5's outputs equal
+Numerics: the same operations in the same order as r3's (fused) state kernel (in the simulator r5's outputs equal
 r3's bit for bit); only the schedule changed.
 
 Sanitizers (H200, ``tools/sanitize.py`` at B2 T300 H2 K64 V80, C = 64, both hand-offs, each (recurrence, tool)
