@@ -268,7 +268,7 @@ decay) against fla's 0.809 / 0.875. The state walk halves as its P1 goes; the ou
 (Q S_c 17, scores 5.4, Aqk V 4.5) and 1.5 GiB in 1.17 ms, 23 TFLOP/s and 1.4 TB/s, is now the larger part: one
 chunk per block, two blocks per SM, its staging and products not overlapped (each pass stages, waits at the
 barrier, multiplies). It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; the
-output kernel's fixed-map stagers: C = 64 at K <= 128) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere,
+output kernel's fixed-map stagers: at K' = 128, C = 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere,
 and for the delta family (whose P1 ``W S`` feeds the state), the fused schedule runs. compute-sanitizer's
 memcheck, racecheck and synccheck report nothing for it (``figures/data/h200_sanitize_par_b9584ee.txt``).
 
@@ -1336,7 +1336,8 @@ def _out_layout(C, KP):
 
 def split_fits(K, V, C, delta, out, vin) -> bool:
     """Whether the split schedule can run: the additive family with the output, float32 inputs and output with
-    16-byte aligned rows (``vin``), and sizes that the output kernel's fixed-map stagers take (C = 64 at K <= 128)."""
+    16-byte aligned rows (``vin``), and sizes that the output kernel's fixed-map stagers take with at most QBATCH
+    loads in flight per thread (at K' = 128: C = 64)."""
     if delta or not out or not vin:
         return False
     KP = padded_k(K)
