@@ -267,7 +267,13 @@ oracle-checked): decay fused 2.018 ms (intra 0.637 + state 1.381) against split 
 decay) against fla's 0.809 / 0.875. The state walk halves as its P1 goes; the output kernel, 27 GFLOP
 (Q S_c 17, scores 5.4, Aqk V 4.5) and 1.5 GiB in 1.17 ms, 23 TFLOP/s and 1.4 TB/s, is now the larger part: one
 chunk per block, two blocks per SM, its staging and products not overlapped (each pass stages, waits at the
-barrier, multiplies). It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; the
+barrier, multiplies). Nsight Compute (``figures/data/probes/h200_ncu_r3_split_e08b4b4.csv``, decay): the output
+kernel issues in 56.6 % of its schedulers' cycles, its busiest memory unit runs at 68.9 % of peak and DRAM at
+28.6 %, with 16 warps per SM (the theoretical 25 % occupancy, reached) mostly waiting on shared loads (short
+scoreboard) and on each other (not selected); the state kernel 65.1 % / 70.2 % / 30.7 %. Neither is bound by one
+unit: the 4x4 tiles' shared loads and the instructions around the FMAs share the issue slots, and nothing hides
+the staging. Larger register tiles (fewer shared loads per FMA) and staging overlapped with the products are the
+next steps. It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; the
 output kernel's fixed-map stagers: at K' = 128, C = 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere,
 and for the delta family (whose P1 ``W S`` feeds the state), the fused schedule runs. compute-sanitizer's
 memcheck, racecheck and synccheck report nothing for it (``figures/data/h200_sanitize_par_b9584ee.txt``).
