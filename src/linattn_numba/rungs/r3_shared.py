@@ -263,7 +263,8 @@ Registers (``tools/sass.py``, sm_90): out 107, state 113 (decay), no spills.
 Measured on the H200 at B4 T8192 H16 K=V=128 (``figures/data/probes/h200_tune_r3_split_9f779f1.json``, one run,
 oracle-checked): decay fused 2.018 ms (intra 0.637 + state 1.381) against split 1.928 ms (gates 0.024 + state
 0.717 + out 1.168); plain 1.869 against 1.762 ms (state 0.670 + out 1.092); BV = 64 in the split state kernel
-0.731 / 0.673 ms. The bench beside fla (``figures/data/h200_r3_split_b9584ee.json``): 1.767 / 1.931 ms (plain /
+0.731 / 0.673 ms. (The gates kernel with its threads head-major, coalescing the loads of g, took 0.0247 ms
+against 0.0237: ``probes/h200_tune_r3_gates_ab8b875.json``; not kept.) The bench beside fla (``figures/data/h200_r3_split_b9584ee.json``): 1.767 / 1.931 ms (plain /
 decay) against fla's 0.809 / 0.875. The state walk halves as its P1 goes; the output kernel, 27 GFLOP
 (Q S_c 17, scores 5.4, Aqk V 4.5) and 1.5 GiB in 1.17 ms, 23 TFLOP/s and 1.4 TB/s, is now the larger part: one
 chunk per block, two blocks per SM, its staging and products not overlapped (each pass stages, waits at the
