@@ -12,7 +12,7 @@
 # ---
 
 # %% [markdown]
-# # r3 · `shared`: two fused kernels, chunks in shared memory, 4 × 4 register tiles
+# # r3 · `shared`: two fused kernels (or, for plain and decay, the split schedule), chunks in shared memory, 4 × 4 register tiles
 #
 # **Learning goals.** After this notebook you can
 #
@@ -329,8 +329,9 @@ show_doc(doc_section("Bytes and FLOPs"))
 
 
 # %% [markdown]
-# The same count as code, from the scratch shapes `launches` allocates and the loops of the two kernels, so that
-# it can be evaluated at any shape. Each array is counted once; the state kernel's `ceil(V / BV)` blocks of a head
+# The same count as code, from the scratch shapes `launches` allocates and the loops of the two kernels (the fused
+# schedule; the split schedule's bytes and FLOPs are in the docstring's section on it), so that it can be evaluated
+# at any shape. Each array is counted once; the state kernel's `ceil(V / BV)` blocks of a head
 # each read the chunk's rows, and those re-reads (which the L2 mostly absorbs: the blocks of one head run at the
 # same time) are listed apart. FLOPs as executed: the `C × C` score tiles whole, the triangular products up to the
 # diagonal (on average `(C + 4) / 2` of the `C` terms), the inverse as a dense triangular one.
