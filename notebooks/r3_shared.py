@@ -295,8 +295,12 @@ display(Markdown(f"| recurrence | C | rel err o | rel err final state | within {
 # **The split schedule.** For plain and decay attention r3 runs, by default, three kernels instead of two (the
 # module docstring's section "The split schedule"): the state walk stores every chunk's starting state `S_c` to a
 # buffer `hs`, and an output kernel computes every chunk's `O = scale (diag(γ) Q S_c + Aqk V)` at once, as fla's
-# `chunk_fwd_o` does. Which kernels run for each recurrence at `C = 64` (the split schedule's output kernel needs
-# its fixed-map stagers to fit: `r3.split_fits`), and how far the two schedules' outputs are apart:
+# `chunk_fwd_o` does. Both of its big kernels stage by asynchronous copies (`cp.async`, inline PTX) a stage ahead,
+# so that loads and products overlap: the state kernel copies chunk c + 1 while it multiplies chunk c, the output
+# kernel streams slabs of `S_c` and `V` through three buffers (the docstring's section, and `diff` it against the
+# fused schedule's state kernel, which still stages, waits, multiplies). Which kernels run for each recurrence at
+# `C = 64` (the split schedule's fixed copy maps need whole rows: `r3.split_fits`), and how far the two schedules'
+# outputs are apart:
 
 # %%
 from numba import cuda  # noqa: E402

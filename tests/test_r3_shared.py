@@ -97,11 +97,30 @@ def test_split_schedule(recurrence, T, K, V, with_h0, with_ht):
         assert rel_err(h_s, h_f) <= TOL_FP32
 
 
+@pytest.mark.parametrize("recurrence,T,C,K,V,with_h0", [
+    ("decay", 150, 64, 64, 12, True), ("plain", 45, 16, 64, 36, False), ("decay", 77, 32, 40, 8, True)], ids=str)
+def test_split_pipelines(monkeypatch, recurrence, T, C, K, V, with_h0):
+    """The split schedule's pipelined kernels at their edges: the output kernel's slabs (K' / SR of S_c and C / SR of
+    values per pass of 2 C columns: two passes at V = 36 > 2 C = 32; at C = 64, K' = 64 four slabs, so a buffer
+    is reused; rows past T zero-filled in a short last chunk), the state kernel's two chunk buffers (an odd number of
+    chunks) and its gates loaded a chunk ahead; the general state kernel (``STATE_KERNEL``) gives the same states."""
+    inp = make(1, T, 2, K, V, recurrence, seed=T + C)
+    assert _kernel_names(inp, C) == (["gates"] if recurrence == "decay" else []) + ["state", "out"]
+    check(inp, C, with_h0, True)
+    o_p, h_p = run(inp, C, with_h0, True)
+    monkeypatch.setattr(r3, "STATE_KERNEL", "general")
+    o_g, h_g = run(inp, C, with_h0, True)
+    assert rel_err(o_p, o_g) <= TOL_FP32 and rel_err(h_p, h_g) <= TOL_FP32
+    monkeypatch.setattr(r3, "STATE_KERNEL", "registers")
+    with pytest.raises(ValueError, match="STATE_KERNEL must be one of"):
+        run(inp, C, with_h0, True)
+
+
 def test_split_schedule_falls_back(monkeypatch):
     """Where the split schedule cannot run the fused one does, still correct: the delta family (its P1 feeds the
-    state), float16 inputs, rows that 128-bit accesses cannot take, C = 16 at K' = 64 (the output kernel's
-    fixed-map stagers would need 16 loads in flight per thread: ``split_fits``), a state buffer over
-    SPLIT_MAX_BYTES, state-only calls; an unknown schedule is refused."""
+    state), float16 inputs, rows that 128-bit accesses cannot take, C = 16 at K' = 128 (16 threads cannot copy
+    whole rows of 32 quads: ``split_fits``), a state buffer over SPLIT_MAX_BYTES, state-only calls; an unknown
+    schedule is refused."""
     dec = make(1, 20, 1, 16, 8, "decay", seed=31)
     assert r3.split_bytes(1, 20, 1, 16, 8, 64) == 16 * 8 * 4
     assert _kernel_names(dec, 64) == ["gates", "state", "out"]
@@ -109,7 +128,8 @@ def test_split_schedule_falls_back(monkeypatch):
     assert _kernel_names(make(1, 20, 1, 16, 8, "decay", seed=33, dtype=np.float16), 64) == ["intra", "state"]
     assert _kernel_names(make(1, 20, 1, 16, 6, "plain", seed=35), 64) == ["intra", "state"]  # V = 6
     assert _kernel_names(dec, 16) == ["gates", "state", "out"]  # C = 16 at K' = 16: it fits
-    assert _kernel_names(make(1, 20, 1, 64, 8, "decay", seed=36), 16) == ["intra", "state"]  # C = 16 at K' = 64
+    assert _kernel_names(make(1, 20, 1, 64, 8, "decay", seed=36), 16) == ["gates", "state", "out"]  # K' = 64
+    assert _kernel_names(make(1, 20, 1, 128, 8, "decay", seed=36), 16) == ["intra", "state"]  # C = 16 at K' = 128
     monkeypatch.setattr(r3, "SPLIT_MAX_BYTES", r3.split_bytes(1, 20, 1, 16, 8, 64) - 1)
     assert _kernel_names(dec, 64) == ["intra", "state"]
     check(dec, 64)
@@ -206,8 +226,9 @@ def test_module_contract():
     labels = [label for label, _, _ in r3.compile_targets()]
     # per dtype and recurrence: intra with output (+ state only unless plain) and state x (4 with o, 2 without)
     # float32 with and without 128-bit input loads, float16 without; with 128-bit loads the split schedule's state
-    # and output kernels of plain and decay; its gates kernel for float32 and float16 gates
-    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 2 + 2
+    # and output kernels of plain and decay (the general state kernel storing S_c, the pipelined one, the output
+    # kernel); its gates kernel for float32 and float16 gates
+    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 3 + 2
     assert r3.SCHEDULES == ("fused", "split") and r3.SCHEDULE == "split"  # the measured default (docstring)
 
 

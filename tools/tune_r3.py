@@ -7,7 +7,10 @@ Usage (on the H200; tools/h200.sh shows the environment it needs)::
     python3 tools/tune_r3.py [--shape B,T,H,K,V] [--recurrences plain,decay,...] [--chunks 32,64] [--bv 16,32,64]
                              [--rung shared|warp_roles|tensor_cores] [--precision 3xtf32,tf32]
                              [--intra r3,tensor_cores] [--schedule fused,split] [--handoff pair,rendezvous]
-                             [--out tune_r3.json]
+                             [--vary MODULE.NAME=a,b] [--out tune_r3.json]
+
+``--vary r3_shared.OUT_KERNEL=pipelined,simple`` sets a module constant of ``linattn_numba.rungs`` that its
+launches read (not one frozen into a compiled kernel) to each value in turn: an A/B in one process.
 
 Writes one JSON file: the device, the shape, and per recurrence the records {chunk, bv, median_ms, tflops,
 rel_err} plus the per-kernel split of the fastest candidate. ``r3_shared.BV_TABLE`` and ``DEFAULT_CHUNK`` are
@@ -37,6 +40,8 @@ def main(argv=None) -> int:
                     help="r3's and r6's schedules to try (comma-separated: fused, split)")
     ap.add_argument("--handoff", default=None,
                     help="r5's stage hand-offs to try (comma-separated: pair, rendezvous; default: r5's HANDOFF)")
+    ap.add_argument("--vary", default=None,
+                    help="MODULE.NAME=a,b: a rungs module's constant (read at launch) to try at each value")
     ap.add_argument("--out", default="tune_r3.json")
     ap.add_argument("--no-check", action="store_true", help="skip the oracle check (faster)")
     args = ap.parse_args(argv)
@@ -54,6 +59,16 @@ def main(argv=None) -> int:
     intras = args.intra.split(",") if args.rung == "tensor_cores" else [None]
     schedules = args.schedule.split(",") if args.rung in ("tensor_cores", "shared") else [None]
     handoffs = (args.handoff or mod.HANDOFF).split(",") if args.rung == "warp_roles" else [None]
+    vary_mod, vary_name, vary_values = None, None, [None]
+    if args.vary:
+        import importlib
+
+        target, values = args.vary.split("=", 1)
+        mod_name, vary_name = target.rsplit(".", 1)
+        vary_mod = importlib.import_module(f"linattn_numba.rungs.{mod_name}")
+        if not hasattr(vary_mod, vary_name):
+            raise SystemExit(f"--vary: linattn_numba.rungs.{mod_name} has no {vary_name}")
+        vary_values = values.split(",")
     result = {"device": bench.device_info(), "rung": args.rung, "shape": dict(B=B, T=T, H=H, K=K, V=V),
               "date": time.ctime(), "git": bench.git_sha(), "versions": bench.versions(), "recurrences": {}}
     for rec in args.recurrences.split(","):
@@ -65,8 +80,9 @@ def main(argv=None) -> int:
         flops = bench.counted_flops(rec, B, T, H, K, V)
         rows = []
         for C in (int(x) for x in args.chunks.split(",")):
-            for bv, prec, intra, sched, hand in ((int(x), p, i, s, h) for x in args.bv.split(",") for p in precisions
-                                                 for i in intras for s in schedules for h in handoffs):
+            for bv, prec, intra, sched, hand, var in ((int(x), p, i, s, h, w) for x in args.bv.split(",")
+                                                      for p in precisions for i in intras for s in schedules
+                                                      for h in handoffs for w in vary_values):
                 if sched == "split" and intra not in (None, intras[0]):
                     continue  # the split schedule has its own output kernel: the intra choice does not apply
                 row = {"chunk": C, "bv": bv}
@@ -81,6 +97,9 @@ def main(argv=None) -> int:
                     row["schedule"] = kw["schedule"] = sched
                 if hand is not None:
                     row["handoff"] = kw["handoff"] = hand
+                if var is not None:
+                    row[vary_name] = var
+                    setattr(vary_mod, vary_name, var)
                 try:
                     todo = mod.launches(d["q"], d["k"], d["v"], d["g"], d["beta"], o, None, ht, K**-0.5, C, **kw)
 

@@ -3,7 +3,8 @@
 
 Introduced by rung r3 ``shared`` (its register-blocked loops read four consecutive floats per operand and step)
 and used by r1's decode step (a streaming copy of the state) and r5; r5 introduced the asynchronous copies, which
-r1's sequence kernel also stages its tiles with. Each has a plain-Python twin that the simulator runs
+r1's sequence kernel also stages its tiles with, and r3's split schedule pipelines by commit groups
+(``cp_async_commit``, ``cp_async_wait_one``) with a source given as an element offset (``cp_async16_at``). Each has a plain-Python twin that the simulator runs
 (``_ld4_py``, ``_st_py``, ``_prefetch_py``, ``_cp_async16_py``): the simulator has no vector loads and needs none,
 and its copies are synchronous.
 """
@@ -55,13 +56,44 @@ def _cp_async16_py(sm, i, src, idx, nbytes):
         _st_py(sm, i, vals)
 
 
+def _flat_index(a, off):
+    """The index of the element ``off`` elements (of its own size) past ``a``'s first one in memory, for a
+    non-overlapping strided layout (every view that the kernels take): dimensions in order of decreasing stride."""
+    item = a.dtype.itemsize
+    rem = int(off)
+    idx = [0] * a.ndim
+    for d in sorted(range(a.ndim), key=lambda d: -abs(a.strides[d])):
+        st = a.strides[d] // item
+        if st > 0 and a.shape[d] > 1:
+            idx[d] = min(rem // st, a.shape[d] - 1)
+            rem -= idx[d] * st
+    if rem != 0:
+        raise IndexError(f"offset {off} is not an element of this view (shape {a.shape}, strides {a.strides})")
+    return tuple(idx)
+
+
+def _cp_async16_at_py(sm, i, src, off, nbytes):
+    """:func:`_cp_async16_py` with the source given as an element offset from ``src``'s first element."""
+    _cp_async16_py(sm, i, src, _flat_index(src, off), nbytes)
+
+
 def _cp_async_wait_all_py():
+    """Nothing to wait for: the simulator's copies are synchronous."""
+
+
+def _cp_async_commit_py():
+    """Nothing to group: the simulator's copies are synchronous."""
+
+
+def _cp_async_wait_one_py():
     """Nothing to wait for: the simulator's copies are synchronous."""
 
 
 if config.ENABLE_CUDASIM:
     ld4, st4, st2, prefetch_l2, ld1 = _ld4_py, _st_py, _st_py, _prefetch_py, _ld1_py
     cp_async16, cp_async_wait_all = _cp_async16_py, _cp_async_wait_all_py
+    cp_async_commit, cp_async_wait_one = _cp_async_commit_py, _cp_async_wait_one_py
+    cp_async16_at = _cp_async16_at_py
 else:
     from llvmlite import ir
     from numba.cuda import cgutils
@@ -207,6 +239,42 @@ else:
         return sig, codegen
 
     @intrinsic
+    def cp_async16_at(typingctx, sm, i, src, off, nbytes):
+        """:func:`cp_async16` with the source given as an element offset ``off`` (an integer) from ``src``'s first
+        element: the caller steps a per-thread offset by constant strides (``x.strides[d] // itemsize``), where a
+        tuple index makes ptxas rebuild the 64-bit address from every index and stride on every copy (about 45
+        instructions per 16-byte copy in r3's output kernel; Numba cannot prove the strides constant)."""
+        if not isinstance(off, types.Integer):
+            return None
+        sig = types.void(sm, i, src, off, nbytes)
+
+        def codegen(context, builder, sig, args):
+            smty, ity, srcty, offty, nty = sig.args
+            sary = context.make_array(smty)(context, builder, args[0])
+            if isinstance(ity, types.BaseTuple):
+                sinds = cgutils.unpack_tuple(builder, args[1], len(ity))
+                sinds = [context.cast(builder, v, t, types.intp) for v, t in zip(sinds, ity)]
+            else:
+                sinds = [context.cast(builder, args[1], ity, types.intp)]
+            dptr = cgutils.get_item_pointer(context, builder, smty, sary, sinds, wraparound=False)
+            gary = context.make_array(srcty)(context, builder, args[2])
+            gptr = builder.gep(gary.data, [context.cast(builder, args[3], offty, types.intp)])
+            i64 = ir.IntType(64)
+            n32 = context.cast(builder, args[4], nty, types.int32)
+            fnty = ir.FunctionType(ir.VoidType(), [i64, i64, ir.IntType(32)])
+            asm = ir.InlineAsm(
+                fnty,
+                "{ .reg .u64 d64, g64; .reg .u32 d32; cvta.to.shared.u64 d64, $0; cvt.u32.u64 d32, d64; "
+                "cvta.to.global.u64 g64, $1; cp.async.cg.shared.global [d32], [g64], 16, $2; }",
+                "l,l,r,~{memory}",
+                side_effect=True,
+            )
+            builder.call(asm, [builder.ptrtoint(dptr, i64), builder.ptrtoint(gptr, i64), n32])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
     def cp_async_wait_all(typingctx):
         """``cp.async.wait_all``: wait until this thread's cp.async copies have landed in shared memory."""
         sig = types.void()
@@ -217,3 +285,26 @@ else:
             return context.get_dummy_value()
 
         return sig, codegen
+
+    def _asm_void(text, doc):
+        """An intrinsic with no arguments that emits the PTX ``text`` (a compiler barrier for memory)."""
+
+        def fn(typingctx):
+            sig = types.void()
+
+            def codegen(context, builder, sig, args):
+                fnty = ir.FunctionType(ir.VoidType(), [])
+                builder.call(ir.InlineAsm(fnty, text, "~{memory}", side_effect=True), [])
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        fn.__doc__ = doc
+        return intrinsic(fn)
+
+    cp_async_commit = _asm_void("cp.async.commit_group;", """``cp.async.commit_group``: close this thread's
+        cp.async copies issued since the last commit into one group (a group with no copies is allowed: it
+        completes at once, which keeps a pipeline's count of groups in flight the same at its end).""")
+    cp_async_wait_one = _asm_void("cp.async.wait_group 1;", """``cp.async.wait_group 1``: wait until at most
+        one of this thread's committed groups (the most recent) is still in flight: every older group's copies
+        have landed in shared memory (visible to this thread; a barrier after it makes them visible to all).""")

@@ -231,11 +231,9 @@ What limited r3 before the split schedule (below): the decay state kernel did it
 token-head, as executed) in 1.39 ms, 25 TFLOP/s, 37 % of the FMA peak; one block of 16 warps per SM (128 blocks at
 this shape: one wave) must issue every instruction, and besides the FMAs it issues the staging, the output stores
 and the summing step (43 % of the instructions were not FMAs at 9ed137f; the loops' share of that is halved, the
-rest is not). The split schedule takes P1 out of that walk. What limits both schedules now is that no kernel
-overlaps its staging with its products: each chunk (or value pass) stages, waits at a barrier, multiplies
-(``cp.async`` double buffering would overlap them: numba-cuda has no ``cp.async``, inline PTX does; r5 does it
-with warp roles, and two stages of the split output kernel's tiles would not fit beside its Q and Aqk at two
-blocks per SM). The intra kernel of the delta family (1.60 ms at a757612)
+rest is not). The split schedule takes P1 out of that walk, and its two kernels overlap their staging with their
+products by ``cp.async`` (section below; numba-cuda has no ``cp.async``, inline PTX does). The fused schedule's
+kernels still stage, wait at a barrier, multiply. The intra kernel of the delta family (1.60 ms at a757612)
 is the other half: its scores (a fifth of it at 9ed137f), the inverse's serial diagonal phase on 2 of 8 warps,
 and its barriers.
 
@@ -247,37 +245,54 @@ shape) issues both products. ``schedule="split"`` takes it out, as fla's chunk k
 cores), at the price of a buffer of every chunk's starting state::
 
     gates   (heads x chunks threads)        bcum = in-chunk cumulative log-gates                     (decay only)
-    state   grid (V / BV, B H), the state   per chunk: hs[c] = S (4 128-bit stores a thread), then
-            kernel in state-only mode       S <- gamma_C S + K^T diag(gamma_C / gamma) V (P2 only; BV = SPLIT_BV
-            with ``store``                  = 32: 256 threads, two blocks per SM, 256 blocks)
+    state   grid (V / BV, B H), 256         per chunk: hs[c] = S (4 128-bit stores a thread), then
+            threads (:func:`_split_state_   S <- gamma_C S + K^T diag(gamma_C / gamma) V (P2 only; BV = SPLIT_BV
+            kernel`)                        = 32: two blocks per SM, 256 blocks); chunk c + 1 copied meanwhile
     out     grid (NT, B H), 256 threads     O = scale (diag(gamma) Q hs[c] + Aqk V), every chunk at once
-            (:func:`_out_kernel`)           (fla's chunk_fwd_o): the intra kernel's staging and scores
-                                            (:func:`_scores`), then per 64 value columns one 4x4 tile a thread,
-                                            acc = Q S_c (K' steps), acc *= gamma_t, acc += Aqk V (up to the
-                                            diagonal) in the same accumulators; S_c's tile [K', 64] unpadded in
-                                            K's space (a warp reads one of its rows at a time: no bank conflicts)
+            (:func:`_out_kernel`)           (fla's chunk_fwd_o): K and Q copied, the scores (:func:`_scores`)
+                                            while S_c's first slab arrives, then slabs of S_c and of V through
+                                            three buffers: acc = Q S_c, acc *= gamma_t, acc += Aqk V (up to the
+                                            diagonal), one 4 x 8 tile a thread
 
 Bytes at the standard shape: ``hs`` is B H NT K' V floats, 512 MiB written once and read once, where the fused
-schedule writes and reads U'' (256 MiB). Shared memory: out 100.3 KB (two blocks per SM), state 93.5 KB at BV = 32.
-Registers (``tools/sass.py``, sm_90): out 107, state 113 (decay), no spills.
-Measured on the H200 at B4 T8192 H16 K=V=128 (``figures/data/probes/h200_tune_r3_split_9f779f1.json``, one run,
-oracle-checked): decay fused 2.018 ms (intra 0.637 + state 1.381) against split 1.928 ms (gates 0.024 + state
-0.717 + out 1.168); plain 1.869 against 1.762 ms (state 0.670 + out 1.092); BV = 64 in the split state kernel
-0.731 / 0.673 ms. (The gates kernel with its threads head-major, coalescing the loads of g, took 0.0247 ms
-against 0.0237: ``probes/h200_tune_r3_gates_ab8b875.json``; not kept.) The bench beside fla (``figures/data/h200_r3_split_b9584ee.json``): 1.767 / 1.931 ms (plain /
-decay) against fla's 0.809 / 0.875. The state walk halves as its P1 goes; the output kernel, 27 GFLOP
-(Q S_c 17, scores 5.4, Aqk V 4.5) and 1.5 GiB in 1.17 ms, 23 TFLOP/s and 1.4 TB/s, is now the larger part: one
-chunk per block, two blocks per SM, its staging and products not overlapped (each pass stages, waits at the
-barrier, multiplies). Nsight Compute (``figures/data/probes/h200_ncu_r3_split_e08b4b4.csv``, decay): the output
-kernel issues in 56.6 % of its schedulers' cycles, its busiest memory unit runs at 68.9 % of peak and DRAM at
-28.6 %, with 16 warps per SM (the theoretical 25 % occupancy, reached) mostly waiting on shared loads (short
-scoreboard) and on each other (not selected); the state kernel 65.1 % / 70.2 % / 30.7 %. Neither is bound by one
-unit: the 4x4 tiles' shared loads and the instructions around the FMAs share the issue slots, and nothing hides
-the staging. Larger register tiles (fewer shared loads per FMA) and staging overlapped with the products are the
-next steps. It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; the
-output kernel's fixed-map stagers: at K' = 128, C = 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere,
-and for the delta family (whose P1 ``W S`` feeds the state), the fused schedule runs. compute-sanitizer's
-memcheck, racecheck and synccheck report nothing for it (``figures/data/h200_sanitize_par_b9584ee.txt``).
+schedule writes and reads U'' (256 MiB).
+
+First version (b9584ee), measured on the H200 at B4 T8192 H16 K=V=128
+(``figures/data/probes/h200_tune_r3_split_9f779f1.json``, one run, oracle-checked): decay fused 2.018 ms (intra
+0.637 + state 1.381) against split 1.928 ms (gates 0.024 + state 0.717 + out 1.168); plain 1.869 against 1.762 ms
+(state 0.670 + out 1.092). Its output kernel staged by loads into registers, one 4 x 4 tile a thread per pass of
+64 value columns, and its state kernel was the fused schedule's, in state-only mode with ``store`` (still there:
+``STATE_KERNEL = "general"``). Nsight Compute (``figures/data/probes/h200_ncu_r3_split_e08b4b4.csv``): the output
+kernel issued in 56.6 % of its schedulers' cycles, with 16 warps per SM mostly waiting on shared loads (short
+scoreboard) and on each other; nothing hid the staging.
+
+Copies overlapped with the products (``cp.async``). Both kernels now stage by 16-byte asynchronous copies
+(:func:`_rows_copier`, :func:`linattn_numba.vec.cp_async16_at`) issued a stage ahead, with commit groups and
+``cp.async.wait_group 1`` (:mod:`linattn_numba.vec`) before the barrier that publishes a stage:
+
+* output kernel: after the scores, K's space holds two slab buffers and a third sits beside it; slab j + 1 and
+  j + 2 are in flight while slab j is multiplied (slabs of SR = 32 rows x 2 C columns: 16 KB, so the block keeps
+  101.6 KB and two blocks per SM). Its accumulator tile became 4 x 8 (12 loads of 16 bytes per 128 FMAs, where
+  4 x 4 needed 16), with rows and columns mapped so that each of a warp's loads is one wavefront, and the scores'
+  warp map likewise (:func:`_quad_map`: 4 x 8 threads per warp); the scores issue 8 steps of d per loop step.
+  Per-instruction samples (``figures/data/probes/h200_ncu_src_r3_pipe1_out.csv.gz``, the first version with copies)
+  had shown where the rest went: the
+  copies by 4-D index cost ~45 instructions each in 64-bit address arithmetic (now a per-thread element offset
+  stepped by the row stride: :func:`linattn_numba.vec.cp_async16_at`), and the scores, 16 % of the instructions,
+  held 24 % of the stall samples.
+* state kernel (:func:`_split_state_kernel`): two chunk buffers; chunk c + 1's K rows and value tile are copied
+  while chunk c's product runs; each thread scales the value rows it copied by gamma_C / gamma_t once they land,
+  from gates it loaded a chunk ahead. The general kernel's staging had been 18.5 % of its instructions and 32.5 %
+  of its stall samples (waiting on global loads).
+
+Measured (H200, one run each, oracle-checked; ``figures/data/probes/h200_tune_r3_pipe_*.json``): see the table in
+the README for the bench beside fla; per kernel, the output kernel 1.17 -> 0.99 ms (decay) and 1.09 -> 0.94 ms
+(plain), the state kernel 0.717 -> 0.70 ms (decay) and 0.670 -> 0.58 ms (plain). Registers (``tools/sass.py``,
+sm_90): out 127, state 117 / 121 (plain / decay), no spills. Shared memory: out 101.6 KB, state 86 KB.
+It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
+copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta
+family (whose P1 ``W S`` feeds the state), the fused schedule runs. compute-sanitizer's memcheck, racecheck and
+synccheck: ``figures/data/h200_sanitize_par_*.txt`` (the README's list).
 
 Numerics: every product accumulates in float32; float16 inputs are converted on load; every exponent is a
 difference of in-chunk cumulative log-gates b_t - b_s <= 0 (gamma_t = exp(b_t), gamma_C / gamma_t =
@@ -328,7 +343,7 @@ BV_DEFAULT = 64
 
 
 # 128-bit loads and stores (moved to linattn_numba.vec so r1's decode step can use them too)
-from ..vec import ld1, ld4, prefetch_l2, st4  # noqa: E402
+from ..vec import cp_async16_at, cp_async_commit, cp_async_wait_all, cp_async_wait_one, ld1, ld4, prefetch_l2, st4  # noqa: E402,E501
 
 
 @cuda.jit(device=True, inline="always")
@@ -695,10 +710,11 @@ def _scores(sm, O_K, O_Q, O_AQK, O_LA, O_B, O_BETA, KS, CS, C4, KP, tid, has_g, 
     """The intra (and split output) kernel's scores: sm[O_AQK + t CS + s] = Aqk[t, s] = (Q K^T)[t, s] Gamma_ts for
     s <= t (``out``) and sm[O_LA + t CS + s] = Lkk[t, s] = beta_t (K K^T)[t, s] Gamma_ts for s < t (``delta``), 0
     above; K's and Q's rows at O_K, O_Q (stride KS, KP columns), b_t at O_B, beta_t at O_BETA. One 4x4 tile (rows
-    tr + C/4 i, columns tc + C/4 j, tr = tid // C4, tc = tid % C4) of each per thread: strided, so a warp's 16
-    column rows fall in distinct banks. The caller syncs before and after."""
-    tr = tid // C4
-    tc = tid % C4
+    tr + C/4 i, columns tc + C/4 j) of each per thread, (tr, tc) by :func:`_quad_map`: a warp takes 4 consecutive
+    tr and 8 consecutive tc (C/4 a multiple of 8), so each of its 128-bit loads reads 4 or 8 rows that fall in
+    distinct bank groups (row stride KP + 4 floats): one wavefront, where 2 x 16 (tr = tid // C4) read 16 rows of
+    K, two wavefronts. The caller syncs before and after."""
+    tr, tc = _quad_map(tid, C4, C4 % 8 == 0)
     acc_qk = cuda.local.array(16, float32)
     acc_kk = cuda.local.array(16, float32)
     kc = cuda.local.array(16, float32)
@@ -707,7 +723,28 @@ def _scores(sm, O_K, O_Q, O_AQK, O_LA, O_B, O_BETA, KS, CS, C4, KP, tid, has_g, 
     for e in range(16):
         acc_qk[e] = float32(0.0)
         acc_kk[e] = float32(0.0)
-    for d in range(0, KP, 4):
+    if not delta:
+        # the scores alone: 8 steps of d per loop step, all 16 loads issued before the 80 FMAs (4 steps made each
+        # group of FMAs wait on its own loads: a quarter of the output kernel's stall samples, with 16 % of its
+        # instructions); the same order of the sum over d. The delta family's two products have no registers for it
+        kc2 = cuda.local.array(32, float32)
+        qr2 = cuda.local.array(32, float32)
+        for d in range(0, KP, 8):
+            for u in range(2):
+                for j in range(4):
+                    x = ld4(sm, O_K + (tc + C4 * j) * KS + d + 4 * u)
+                    for f in range(4):
+                        kc2[16 * u + 4 * j + f] = x[f]
+                for i in range(4):
+                    y = ld4(sm, O_Q + (tr + C4 * i) * KS + d + 4 * u)
+                    for f in range(4):
+                        qr2[16 * u + 4 * i + f] = y[f]
+            for u in range(2):
+                for i in range(4):
+                    for j in range(i + 1):
+                        for f in range(4):
+                            acc_qk[4 * i + j] += qr2[16 * u + 4 * i + f] * kc2[16 * u + 4 * j + f]
+    for d in range(0, KP if delta else 0, 4):
         for j in range(4):
             x = ld4(sm, O_K + (tc + C4 * j) * KS + d)
             for f in range(4):
@@ -1326,32 +1363,15 @@ def _gates_kernel(C):
     return cuda.jit(gates)
 
 
-def _out_layout(C, KP):
-    """Offsets (floats) of :func:`_out_kernel`'s shared arrays, and the total. R holds K's rows for the scores,
-    then the chunk's state tile [KP, CB] unpadded: in Q S_c every thread of a warp reads the same row of it at a
-    time (consecutive float4), so no padding is needed against bank conflicts, and without it the tile fits in
-    K's [C, KP + 4] at C = 64, K' = 128 (two blocks per SM)."""
-    KS, CS, CB = KP + 4, C + 4, min(WIDE_TILE, KP)
-    RS = CB + 4
-    o_r = 0
-    o_q = o_r + max(C * KS, KP * CB)
-    o_aqk = o_q + C * KS
-    o_v = o_aqk + C * CS  # the value tile [C, RS]
-    o_b = o_v + C * RS
-    return o_r, o_q, o_aqk, o_v, o_b, o_b + C
-
-
 def split_fits(K, V, C, delta, out, vin) -> bool:
     """Whether the split schedule can run: the additive family with the output, float32 inputs and output with
-    16-byte aligned rows (``vin``), and sizes that the output kernel's fixed-map stagers take with at most QBATCH
-    loads in flight per thread (at K' = 128: C = 64)."""
+    16-byte aligned rows (``vin``), and sizes that the output kernel's fixed-map copies take (whole rows of K' and
+    of 2 C columns per pass of the block: at K' = 128, C = 32 or 64)."""
     if delta or not out or not vin:
         return False
     KP = padded_k(K)
     NTH = (C // 4) ** 2
-    CB = min(WIDE_TILE, KP)
-    return (_stager_fits(KP, NTH) and _stager_fits(CB, NTH) and cdiv(C * KP // 4, NTH) <= QBATCH
-            and cdiv(C * CB // 4, NTH) <= QBATCH and cdiv(KP * CB // 4, NTH) <= QBATCH)
+    return _stager_fits(KP, NTH) and _stager_fits(_out_shape(C, KP)[1], NTH)
 
 
 def split_bytes(B, T, H, K, V, C) -> int:
@@ -1359,23 +1379,301 @@ def split_bytes(B, T, H, K, V, C) -> int:
     return B * H * cdiv(T, C) * padded_k(K) * V * 4
 
 
+STATE_KERNELS = ("pipelined", "general")
+STATE_KERNEL = "pipelined"  # the split schedule's state kernel (read at launch: tools/tune_r3.py --vary compares)
+
+
+def _split_state_layout(C, KP, BV):
+    """Offsets (floats) of :func:`_split_state_kernel`'s shared arrays, and the total: two chunk buffers of K's rows
+    [C, KP + 4] and two of the value tile [C, BV + 4]. 86 KB at C = 64, K' = 128, BV = 32: two blocks per SM."""
+    KS, VS = KP + 4, BV + 4
+    o_k = 0
+    o_v = o_k + 2 * C * KS
+    return o_k, o_v, o_v + 2 * C * VS
+
+
+@functools.lru_cache(maxsize=None)
+def _rows_scaler(ROWS, COLS, NTH):
+    """``(J, gates, factors, scale)`` for the rows that :func:`_rows_copier` (same sizes) has a thread copy:
+    ``load_gates(bcum, bh, t0, n, tid, bj)`` loads the in-chunk log-gates b_t of the thread's J rows and b_last into
+    ``bj`` (J + 1 values), ``factors(bj, n, tid, fj)`` turns them into gamma_C / gamma_t = exp(b_last - b_t) (0 for
+    t >= n), ``scale(sm, off, stride, tid, fj)`` multiplies the thread's own elements of the [ROWS, COLS] tile at
+    ``off`` by them. Once its own copies have landed (``cp.async.wait_group``) a thread may rewrite them with no
+    barrier, and it has its rows' gates from ``bcum`` itself rather than from a shared table that other threads
+    write. The state kernel loads the gates a chunk ahead: loaded and used in the same chunk, their latency made
+    the decay state kernel slower than the general one, ``figures/data/probes``)."""
+    QPR = COLS // 4
+    RSTEP = NTH // QPR
+    J = cdiv(ROWS, RSTEP)
+
+    def load_gates(bcum, bh, t0, n, tid, bj):
+        tf = tid // QPR
+        for j in range(J):
+            bj[j] = bcum[bh, t0 + min(tf + j * RSTEP, n - 1)]
+        bj[J] = bcum[bh, t0 + n - 1]
+
+    def factors(bj, n, tid, fj):
+        tf = tid // QPR
+        for j in range(J):
+            t = tf + j * RSTEP
+            fj[j] = math.exp(bj[J] - bj[j]) if t < n else float32(0.0)  # b_t >= b_last: never overflows
+
+    def scale(sm, off, stride, tid, fj):
+        d = 4 * (tid % QPR)
+        tf = tid // QPR
+        for j in range(J):
+            t = tf + j * RSTEP
+            if ROWS % RSTEP == 0 or t < ROWS:
+                p = off + t * stride + d
+                f = fj[j]
+                x = ld4(sm, p)
+                st4(sm, p, (x[0] * f, x[1] * f, x[2] * f, x[3] * f))
+
+    dev = cuda.jit(device=True, inline="always")
+    return J, dev(load_gates), dev(factors), dev(scale)
+
+
+@functools.lru_cache(maxsize=None)
+def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht):
+    """The split schedule's state kernel: :func:`_state_kernel` in state-only mode with ``store`` (the additive
+    family), its staging overlapped with its products. Chunk c + 1's rows of K and value tile are copied by
+    ``cp.async`` (:func:`_rows_copier`) into the second of two buffers while chunk c's ``S <- gamma_C S + K^T
+    diag(gamma_C / gamma) V`` runs on the first; each thread scales the value rows it copied by gamma_C / gamma_t
+    once they have landed. Two barriers per chunk (staged; read), no L2 prefetch (the copies are a chunk ahead).
+    The general kernel stages by loads into registers after each chunk's product: its staging was 18.5 % of its
+    instructions and 32.5 % of its warp-stall samples (waiting on global memory), ``figures/data/probes``.
+
+    Thread map and the product as :func:`_state_kernel`'s P2 (S in registers, 4 x 4 tiles by :func:`_quad_map`).
+    Every chunk's starting state S_c goes to ``hs[bh, c KP + row, column]`` (rows past K are zero). Sizes as
+    :func:`split_fits` asks (float32 with 16-byte rows, V a multiple of 4)."""
+    BV4 = BV // 4
+    NTH = (KP // 4) * BV4
+    WIDE = BV4 % 8 == 0
+    KS, VS = KP + 4, BV + 4
+    O_K, O_V, _ = _split_state_layout(C, KP, BV)
+    cp_k = _rows_copier(C, KP, NTH, False)
+    cp_v = _rows_copier(C, BV, NTH, False)
+    JV, gates_v, factors_v, scale_v = _rows_scaler(C, BV, NTH)
+    JV1 = JV + 1
+
+    def split_state(k, v, bcum, h0, ht, hs):
+        """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk."""
+        T, H, K = k.shape[1], k.shape[2], k.shape[3]
+        V = v.shape[3]
+        NC = (T + C - 1) // C
+        sm = cuda.shared.array(0, float32)
+        bh = cuda.blockIdx.y
+        b = bh // H
+        h = bh % H
+        v0 = cuda.blockIdx.x * BV
+        tid = cuda.threadIdx.x
+        rg, cg = _quad_map(tid, BV4, WIDE)
+        S = cuda.local.array(16, float32)
+        xa = cuda.local.array(32, float32)
+        ya = cuda.local.array(32, float32)
+        fj = cuda.local.array(JV, float32)
+        bj = cuda.local.array(JV1, float32)  # the gates of the thread's value rows, loaded a chunk ahead
+        for i in range(4):
+            for j in range(4):
+                S[4 * i + j] = float32(0.0)
+                if has_h0 and rg * 4 + i < K and v0 + cg * 4 + j < V:
+                    S[4 * i + j] = h0[b, h, rg * 4 + i, v0 + cg * 4 + j]
+        if NC > 0:  # chunk 0 into buffer 0
+            if has_g:
+                gates_v(bcum, bh, 0, min(C, T), tid, bj)
+            cp_k(sm, O_K, KS, k, b, h, 0, min(C, T), K, 0, tid)
+            cp_v(sm, O_V, VS, v, b, h, 0, min(C, T), V, v0, tid)
+        cp_async_commit()
+        for c in range(NC):
+            t0 = c * C
+            n = min(C, T - t0)
+            p = c % 2
+            if c + 1 < NC:  # chunk c + 1 into the other buffer: last read by chunk c - 1, before its last barrier
+                n1 = min(C, T - t0 - C)
+                cp_k(sm, O_K + (1 - p) * C * KS, KS, k, b, h, t0 + C, n1, K, 0, tid)
+                cp_v(sm, O_V + (1 - p) * C * VS, VS, v, b, h, t0 + C, n1, V, v0, tid)
+            cp_async_commit()
+            if v0 + cg * 4 < V:  # V is a multiple of 4 here (split_fits): whole quads
+                for i in range(4):
+                    st4(hs, (bh, c * KP + rg * 4 + i, v0 + cg * 4), (S[4 * i], S[4 * i + 1], S[4 * i + 2],
+                                                                      S[4 * i + 3]))
+            gc = float32(1.0)
+            if has_g:
+                gc = math.exp(bj[JV])  # gamma_C
+                factors_v(bj, n, tid, fj)
+                if c + 1 < NC:
+                    gates_v(bcum, bh, t0 + C, min(C, T - t0 - C), tid, bj)  # used by the next chunk
+            cp_async_wait_one()  # this thread's copies of chunk c have landed
+            if has_g:
+                scale_v(sm, O_V + p * C * VS, VS, tid, fj)
+            cuda.syncthreads()  # chunk c's K rows and (scaled) values in place for all
+            if has_g:
+                for e in range(16):
+                    S[e] *= gc
+            # r3's P2: 8 rows of K and V per step, their 16 loads before the 128 FMAs; rows past the end are zero
+            for t8 in range(C // 8):
+                pk = O_K + p * C * KS + 8 * t8 * KS + rg * 4
+                pv = O_V + p * C * VS + 8 * t8 * VS + cg * 4
+                for e in range(8):
+                    x = ld4(sm, pk + e * KS)
+                    y = ld4(sm, pv + e * VS)
+                    for f in range(4):
+                        xa[4 * e + f] = x[f]
+                        ya[4 * e + f] = y[f]
+                for e in range(8):
+                    for i in range(4):
+                        for j in range(4):
+                            S[4 * i + j] += xa[4 * e + i] * ya[4 * e + j]
+            cuda.syncthreads()  # chunk c's buffers are read: chunk c + 2 goes there
+        cp_async_wait_all()
+        if has_ht:
+            for i in range(4):
+                for j in range(4):
+                    if rg * 4 + i < K and v0 + cg * 4 + j < V:
+                        ht[b, h, rg * 4 + i, v0 + cg * 4 + j] = S[4 * i + j]
+
+    if config.ENABLE_CUDASIM:
+        return cuda.jit(split_state)
+    return cuda.jit(split_state, launch_bounds=(NTH, max(1, STATE_REGS_BLOCKS // NTH)))
+
+
+def _out_shape(C, KP):
+    """``(SR, CBW)``: rows of a slab (a piece of S_c's rows or of the value rows that the pipelined output kernel
+    copies at once) and value columns per pass (one 4 x 8 tile per thread: 8 C / 4 = 2 C)."""
+    return min(32, KP, C), 2 * C
+
+
+def _out_layout(C, KP):
+    """Offsets (floats) of :func:`_out_kernel`'s shared arrays, and the total: R (K's rows for the scores, then
+    slab buffers X1 and X2), X0 (slab buffer), Q's rows, Aqk, b. Slabs are [SR, CBW] unpadded: every lane of a
+    warp reads the same slab row at a time (8 consecutive float4: one wavefront). At C = 64, K' = 128 the two
+    slab buffers fit in K's [C, KP + 4] and the block takes 101.6 KB: two blocks per SM."""
+    KS, CS = KP + 4, C + 4
+    SR, CBW = _out_shape(C, KP)
+    o_r = 0
+    o_x0 = o_r + max(C * KS, 2 * SR * CBW)
+    o_q = o_x0 + SR * CBW
+    o_aqk = o_q + C * KS
+    o_b = o_aqk + C * CS
+    return o_r, o_x0, o_q, o_aqk, o_b, o_b + C
+
+
+@functools.lru_cache(maxsize=None)
+def _rows_copier(ROWS, COLS, NTH, scratch):
+    """:func:`_rows_stager`'s fixed map with asynchronous copies (``cp.async``,
+    :func:`linattn_numba.vec.cp_async16_at`): each thread issues its J 16-byte copies and goes on; they land in
+    shared memory while the thread computes, and :func:`linattn_numba.vec.cp_async_wait_one` / ``wait_all`` then a
+    barrier make them visible. No registers hold the data and nothing is scaled. The source is a per-thread element
+    offset stepped by the row stride (a 4-D index costs ~45 instructions per copy in address arithmetic).
+    ``scratch``: ``x`` [BH, rows, n] (``copy(sm, off, stride, x, bh, r0, lim, c0, tid)``, rows r0 + t); else
+    [B, T, H, n] (``copy(sm, off, stride, x, b, h, t0, n, lim, c0, tid)``: rows t >= n zero). Rows are
+    contiguous (``vin``). Columns ``c0 + d >= lim`` are zero. Zero-filled copies read nothing (their source is
+    the row's first element all the same, a valid address)."""
+    QPR = COLS // 4
+    RSTEP = NTH // QPR
+    J = cdiv(ROWS, RSTEP)
+
+    if scratch:
+        def copy(sm, off, stride, x, bh, r0, lim, c0, tid):
+            d = 4 * (tid % QPR)
+            tf = tid // QPR
+            s1 = x.strides[1] // 4
+            inside = c0 + d < lim
+            src = bh * (x.strides[0] // 4) + (r0 + tf) * s1 + (c0 + d if inside else 0)
+            for j in range(J):
+                t = tf + j * RSTEP
+                if ROWS % RSTEP == 0 or t < ROWS:
+                    cp_async16_at(sm, off + t * stride + d, x, src + j * RSTEP * s1, 16 if inside else 0)
+    else:
+        def copy(sm, off, stride, x, b, h, t0, n, lim, c0, tid):
+            d = 4 * (tid % QPR)
+            tf = tid // QPR
+            s1 = x.strides[1] // 4
+            row0 = b * (x.strides[0] // 4) + h * (x.strides[2] // 4)  # row t0 + t: row0 + (t0 + t) s1
+            cin = c0 + d < lim
+            src = row0 + (t0 + tf) * s1 + c0 + d
+            for j in range(J):
+                t = tf + j * RSTEP
+                if ROWS % RSTEP == 0 or t < ROWS:
+                    inside = t < n and cin
+                    cp_async16_at(sm, off + t * stride + d, x, src + j * RSTEP * s1 if inside else row0,
+                                  16 if inside else 0)
+    return cuda.jit(device=True, inline="always")(copy)
+
+
+@cuda.jit(device=True, inline="always")
+def _mm_4x8(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
+    """acc[8 i + j] += sum_m A[ra[i], m] B[m, col_j] for a 4 x 8 micro-tile, m < kdim (a multiple of 4): rows
+    ``ra[0..3]`` of A (row-major at ``sm[oa + row * sa + m]``), columns ``c0 .. c0 + 3`` and ``c0 + hb .. c0 + hb
+    + 3`` of B (at ``sm[ob + m * sb + col]``). Per 4 steps of m: 4 + 8 loads of 16 bytes, 128 FMAs (a 4 x 4 tile:
+    8 loads per 64 FMAs, :func:`_mm_nn`)."""
+    a = cuda.local.array(16, float32)
+    bb = cuda.local.array(32, float32)
+    for m in range(0, kdim, 4):
+        for i in range(4):
+            x = ld4(sm, oa + ra[i] * sa + m)
+            for e in range(4):
+                a[4 * i + e] = x[e]
+        for e in range(4):
+            y = ld4(sm, ob + (m + e) * sb + c0)
+            z = ld4(sm, ob + (m + e) * sb + c0 + hb)
+            for j in range(4):
+                bb[8 * e + j] = y[j]
+                bb[8 * e + 4 + j] = z[j]
+        for i in range(4):
+            for e in range(4):
+                for j in range(8):
+                    acc[8 * i + j] += a[4 * i + e] * bb[8 * e + j]
+
+
 @functools.lru_cache(maxsize=None)
 def _out_kernel(C, KP, has_g):
-    """The split schedule's output, one chunk of one head per block (fla's ``chunk_fwd_o``):
-    ``O = scale (diag(gamma) Q S_c + Aqk V)`` with S_c the chunk's starting state, written by the state kernel
-    (``store``) to ``hs``. The intra kernel's staging and scores, then per CB value columns ``acc = Q S_c``
-    (K' steps), ``acc *= gamma_t`` per row, ``acc += Aqk V`` (up to the diagonal) in the same 16 accumulators: the
-    output never goes through global memory as U''. Sizes as :func:`split_fits` asks (every size a constant)."""
+    """The split schedule's output, one chunk of one head per block (fla's ``chunk_fwd_o``), its copies overlapped
+    with its products: ``O = scale (diag(gamma) Q S_c + Aqk V)`` with S_c the chunk's starting state, written by
+    the state kernel (``store``) to ``hs``.
+
+    K's and Q's rows arrive by ``cp.async`` (:func:`_rows_copier`), then the scores (:func:`_scores`) run while
+    the first slab of S_c arrives. After them everything streams in slabs of SR rows x CBW columns through three
+    buffers (X0, and X1, X2 in K's space, free once the scores are done): per pass of CBW value columns, S_c's
+    K' / SR slabs (``acc += Q[:, slab] S_c[slab, :]``), then ``acc *= gamma_t``, then the chunk's C / SR value
+    slabs (``acc += Aqk[:, slab] V[slab, :]``, only up to the diagonal). While slab j is multiplied, slabs j + 1
+    and j + 2 are in flight: one commit group each, ``wait_group 1`` then a barrier before slab j + 1 is read (and
+    before slab j + 3 is issued over slab j's buffer).
+
+    Thread map: 4 x 8 accumulator tiles, tile (rr, cc) by :func:`_quad_map` (a warp: 4 tile rows x 8 tile
+    columns). Rows ``4 rr + ((i + 2 ((rr >> 1) & 1)) & 3)``: the four rows a warp reads in one 128-bit load of A
+    fall in distinct bank groups (rows 4 apart would pair up at a row stride of 33 float4, K' + 4 or C + 4 floats);
+    columns ``c0 + 0..3`` and ``c0 + HB + 0..3``: 8 lanes read 8 consecutive float4 of a slab row. Sizes as
+    :func:`split_fits` asks (every size a constant)."""
     C4 = C // 4
     NTH = C4 * C4
-    CB = min(WIDE_TILE, KP)
-    CB4 = CB // 4
-    NTILE = C4 * CB4
-    KS, CS, RS = KP + 4, C + 4, CB + 4
-    O_R, O_Q, O_AQK, O_V, O_B, _ = _out_layout(C, KP)
-    st_rows = _rows_stager(C, KP, NTH, False)  # K, Q
-    st_val = _rows_stager(C, CB, NTH, False)  # V
-    st_state = _rows_stager(KP, CB, NTH, True)  # S_c's rows from hs
+    WIDE = C4 % 8 == 0
+    CG = min(8, C4)  # tile columns per column group of a warp
+    KS, CS = KP + 4, C + 4
+    SR, CBW = _out_shape(C, KP)
+    HB = 4 * CG
+    NSS = KP // SR  # slabs of S_c per pass
+    NSP = NSS + C // SR  # slabs per pass
+    SL = SR * CBW
+    O_R, O_X0, O_Q, O_AQK, O_B, _ = _out_layout(C, KP)
+    cp_rows = _rows_copier(C, KP, NTH, False)  # K, Q
+    cp_val = _rows_copier(SR, CBW, NTH, False)  # a value slab
+    cp_state = _rows_copier(SR, CBW, NTH, True)  # a slab of S_c's rows from hs
+
+    @cuda.jit(device=True, inline="always")
+    def buf(j):
+        r = j % 3
+        return O_X0 if r == 0 else O_R + (r - 1) * SL
+
+    @cuda.jit(device=True, inline="always")
+    def issue(sm, v, hs, b, h, bh, c, t0, n, V, j, tid):
+        p = j // NSP
+        s = j % NSP
+        if s < NSS:
+            cp_state(sm, buf(j), CBW, hs, bh, c * KP + s * SR, V, p * CBW, tid)
+        else:
+            sv = (s - NSS) * SR
+            cp_val(sm, buf(j), CBW, v, b, h, t0 + sv, n - sv, V, p * CBW, tid)
 
     def out(q, k, v, bcum, hs, o, scale):
         """Chunk x of head y: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
@@ -1389,38 +1687,67 @@ def _out_kernel(C, KP, has_g):
         tid = cuda.threadIdx.x
         t0 = c * C
         n = min(C, T - t0)
+        NSL = ((V + CBW - 1) // CBW) * NSP
         if has_g:
             for t in range(tid, C, NTH):
                 sm[O_B + t] = bcum[bh, t0 + t]
-        st_rows(sm, O_R, KS, k, b, h, t0, n, K, 0, tid, False, 0)
-        st_rows(sm, O_Q, KS, q, b, h, t0, n, K, 0, tid, False, 0)
-        cuda.syncthreads()  # K, Q rows and b staged
+        cp_rows(sm, O_R, KS, k, b, h, t0, n, K, 0, tid)
+        cp_rows(sm, O_Q, KS, q, b, h, t0, n, K, 0, tid)
+        cp_async_commit()
+        issue(sm, v, hs, b, h, bh, c, t0, n, V, 0, tid)  # slab 0 into X0: lands during the scores
+        cp_async_commit()
+        cp_async_wait_one()
+        cuda.syncthreads()  # K's and Q's rows and b in place
         _scores(sm, O_R, O_Q, O_AQK, O_AQK, O_B, O_B, KS, CS, C4, KP, tid, has_g, False, True)
-        cuda.syncthreads()  # Aqk complete; K's rows are read: R takes the state tile
-        for vb in range(0, V, CB):
-            st_state(sm, O_R, CB, hs, bh, c * KP, V, vb, tid)
-            st_val(sm, O_V, RS, v, b, h, t0, n, V, vb, tid, False, 0)
-            cuda.syncthreads()  # the state and value tiles staged
-            for tile in range(tid, NTILE, NTH):
-                rr = tile // CB4
-                cc = tile % CB4
-                acc = cuda.local.array(16, float32)
-                for e in range(16):
-                    acc[e] = float32(0.0)
-                _mm_nn8(sm, acc, O_Q, KS, O_R, CB, 4 * rr, 1, cc * 4, KP)  # rows of S_c past K are zero
-                if has_g:
+        cp_async_wait_all()
+        cuda.syncthreads()  # Aqk complete, slab 0 in place; K's rows are read: X1, X2 take slabs 1, 2
+        for j in range(1, 3):
+            if j < NSL:
+                issue(sm, v, hs, b, h, bh, c, t0, n, V, j, tid)
+            cp_async_commit()
+        rr, cc = _quad_map(tid, C4, WIDE)
+        ra = cuda.local.array(4, types.int32)
+        sh = 2 * ((rr >> 1) & 1)
+        for i in range(4):
+            ra[i] = 4 * rr + ((i + sh) & 3)
+        c0 = 2 * HB * (cc // CG) + 4 * (cc % CG)
+        kmax = 4 * (rr - rr % 4) + 16  # the warp's last row + 1: Aqk is zero past it
+        acc = cuda.local.array(32, float32)
+        for e in range(32):
+            acc[e] = float32(0.0)
+        for j in range(NSL):
+            s = j % NSP
+            if s < NSS:
+                _mm_4x8(sm, acc, O_Q + s * SR, KS, ra, buf(j), CBW, c0, HB, SR)
+                if has_g and s == NSS - 1:
                     for i in range(4):
-                        gr = math.exp(sm[O_B + 4 * rr + i])  # gamma_t = exp(b_t) <= 1
-                        for j in range(4):
-                            acc[4 * i + j] *= gr
-                _mm_nn8(sm, acc, O_AQK, CS, O_V, RS, 4 * rr, 1, cc * 4, 8 * (rr // 2 + 1))  # Aqk: 0 past t
-                col = vb + cc * 4
-                for i in range(4):
-                    r = 4 * rr + i
-                    if r < n and col < V:  # V a multiple of 4: the whole quad
-                        st4(o, (b, t0 + r, h, col), (scale * acc[4 * i], scale * acc[4 * i + 1],
-                                                     scale * acc[4 * i + 2], scale * acc[4 * i + 3]))
-            cuda.syncthreads()  # both tiles are read: the next pass may stage over them
+                        gr = math.exp(sm[O_B + ra[i]])  # gamma_t = exp(b_t) <= 1
+                        for e in range(8):
+                            acc[8 * i + e] *= gr
+            else:
+                sv = (s - NSS) * SR
+                kd = min(SR, kmax - sv)
+                if kd > 0:
+                    _mm_4x8(sm, acc, O_AQK + sv, CS, ra, buf(j), CBW, c0, HB, kd)
+                if s == NSP - 1:
+                    col = (j // NSP) * CBW + c0
+                    for i in range(4):
+                        r = ra[i]
+                        if r < n:
+                            for u in range(2):
+                                cu = col + u * HB
+                                if cu < V:  # V a multiple of 4: the whole quad
+                                    st4(o, (b, t0 + r, h, cu), (scale * acc[8 * i + 4 * u], scale * acc[8 * i + 4 * u + 1],
+                                                                scale * acc[8 * i + 4 * u + 2],
+                                                                scale * acc[8 * i + 4 * u + 3]))
+                    for e in range(32):  # the next pass starts from zero (here, not at its first slab: 32 selects
+                        acc[e] = float32(0.0)  # per slab there, 3 % of the kernel's instructions)
+            if j + 1 < NSL:
+                cp_async_wait_one()
+                cuda.syncthreads()  # slab j + 1 in place for all; slab j is read: its buffer takes slab j + 3
+                if j + 3 < NSL:
+                    issue(sm, v, hs, b, h, bh, c, t0, n, V, j + 3, tid)
+                cp_async_commit()
 
     if config.ENABLE_CUDASIM:
         return cuda.jit(out)
@@ -1588,10 +1915,17 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv):
         kern_g = _gates_kernel(C)
         todo.append(("gates", lambda: _launch(kern_g, cdiv(BH * NC, GATES_THREADS), GATES_THREADS, 0, stream,
                                               (g, bcum))))
-    smem_s = _state_layout(C, KP, BV)[-1] * f4
-    kern_s = _state_kernel(C, KP, BV, has_g, False, False, h0 is not None, ht is not None, True, True)
-    args_s = (q, k, v, bcum, d3, d3, d3, d3, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(None, 4), np.float32(scale),
-              hs)
+    if STATE_KERNEL not in STATE_KERNELS:
+        raise ValueError(f"rung {NAME!r}: STATE_KERNEL must be one of {STATE_KERNELS}, got {STATE_KERNEL!r}")
+    if STATE_KERNEL == "pipelined":
+        smem_s = _split_state_layout(C, KP, BV)[-1] * f4
+        kern_s = _split_state_kernel(C, KP, BV, has_g, h0 is not None, ht is not None)
+        args_s = (k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs)
+    else:
+        smem_s = _state_layout(C, KP, BV)[-1] * f4
+        kern_s = _state_kernel(C, KP, BV, has_g, False, False, h0 is not None, ht is not None, True, True)
+        args_s = (q, k, v, bcum, d3, d3, d3, d3, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(None, 4),
+                  np.float32(scale), hs)
     todo.append(("state", lambda: _launch(kern_s, (cdiv(V, BV), BH), (KP // 4) * (BV // 4), smem_s, stream,
                                           args_s)))
     smem_o = _out_layout(C, KP)[-1] * f4
@@ -1638,6 +1972,8 @@ def compile_targets():
                     yield (f"state[{tag},split]", _state_kernel(C, KP, SPLIT_BV, has_g, False, False, True, True,
                                                                True, True).py_func,
                            (x4, x4, x4, s2, s3, s3, s3, s3, a4, a4, s4, f32, s3))
+                    yield (f"split_state[{rec}]", _split_state_kernel(C, KP, SPLIT_BV, has_g, True, True).py_func,
+                           (x4, x4, s2, a4, a4, s3))
                     yield (f"out[{rec}]", _out_kernel(C, KP, has_g).py_func, (x4, x4, x4, s2, s3, a4, f32))
     yield ("gates[float32]", _gates_kernel(C).py_func, (array_type(np.float32, 3), s2))
     yield ("gates[float16]", _gates_kernel(C).py_func, (array_type(np.float16, 3), s2))
