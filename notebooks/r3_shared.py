@@ -484,14 +484,17 @@ for p, doc in tunes:
             if not r.get("median_ms"):
                 out.append(f"| {rec} | {r.get('chunk')} | {r.get('bv')} | not timed: {r.get('error', '?')} | | | |")
                 continue
-            split = (f"{r['intra_ms']:.3g} | {r['state_ms']:.3g}" if r.get("intra_ms") and r.get("state_ms")
-                     else " | ")
-            mark = " **fastest**" if (r.get("chunk"), r.get("bv")) == (best.get("chunk"), best.get("bv")) else ""
+            split = ", ".join(f"{k[:-3]} {v:.3g}" for k, v in r.items()
+                              if k.endswith("_ms") and k not in ("median_ms", "p10_ms", "p90_ms"))
+            # the schedule and any module constant the run varied (tools/tune_r3.py --vary: upper-case keys)
+            variant = ", ".join([r["schedule"]] if r.get("schedule") else []
+                                + [f"{k}={v}" for k, v in r.items() if k.isupper()])
+            mark = " **fastest**" if r is best or r == best else ""
             table_bv = r3.BV_TABLE.get((r.get("chunk"), r3.padded_k(shape[3]) if shape and shape[3] else None))
-            out.append(f"| {rec} | {r['chunk']} | {r['bv']} | {r['median_ms']:.3g}{mark} | {split} | "
+            out.append(f"| {rec} | {r['chunk']} | {r['bv']} | {variant} | {r['median_ms']:.3g}{mark} | {split} | "
                        f"{'yes' if table_bv == r['bv'] else ''} |")
-    display(Markdown(head + "\n\n| recurrence | C | BV | total ms | intra ms | state ms | BV_TABLE's choice |\n"
-                     "|---|--:|--:|--:|--:|--:|---|\n" + "\n".join(out)))
+    display(Markdown(head + "\n\n| recurrence | C | BV | variant | total ms | per kernel (ms) | BV_TABLE's choice |\n"
+                     "|---|--:|--:|---|--:|---|---|\n" + "\n".join(out)))
 
 # %% [markdown]
 # (The per-kernel times come from timing each of `launches`' callables alone; a file named `*earlier*` is a

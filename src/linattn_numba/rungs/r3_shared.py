@@ -285,10 +285,15 @@ Copies overlapped with the products (``cp.async``). Both kernels now stage by 16
   from gates it loaded a chunk ahead. The general kernel's staging had been 18.5 % of its instructions and 32.5 %
   of its stall samples (waiting on global loads).
 
-Measured (H200, one run each, oracle-checked; ``figures/data/probes/h200_tune_r3_pipe_*.json``): see the table in
-the README for the bench beside fla; per kernel, the output kernel 1.17 -> 0.99 ms (decay) and 1.09 -> 0.94 ms
-(plain), the state kernel 0.717 -> 0.70 ms (decay) and 0.670 -> 0.58 ms (plain). Registers (``tools/sass.py``,
-sm_90): out 127, state 117 / 121 (plain / decay), no spills. Shared memory: out 101.6 KB, state 86 KB.
+Measured on the H200 at the standard shape (oracle-checked; the A/B runs ``figures/data/probes/h200_tune_r3_pipe_*.json``
+and their rows in ``probes/README.md``): the output kernel 1.17 -> 0.99 ms (decay) and 1.09 -> 0.93 ms (plain)
+against the kernel before in the same runs; at 13250cf (``probes/h200_tune_r3_pipe_13250cf.json``) the pipelined
+state kernel 0.632 ms against the general one's 0.717 (decay), 0.581 against 0.670 (plain), the forward 1.669 /
+1.507 ms (decay / plain; 1.928 / 1.762 before). The bench beside fla is the README's table
+(``figures/data/h200_r3_pipe_13250cf.json``). Registers (``tools/sass.py``, sm_90): out 127, state 117 / 121
+(plain / decay), no spills. Shared memory: out 101.6 KB, state 86 KB; two blocks per SM each. What limits them
+now: the output kernel issues in ~70 % of its cycles with 45 % of its instructions not FMAs at the first pipelined
+version (the profile above); the copies are off the critical path, the instructions around the FMAs are not.
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta
 family (whose P1 ``W S`` feeds the state), the fused schedule runs. compute-sanitizer's memcheck, racecheck and
