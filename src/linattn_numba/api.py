@@ -214,9 +214,10 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
 # long-context runs at B1 H2), (additive, delta family). The sequential rungs' cost is one block's walk through
 # the tokens (a block per SM, all blocks in one wave at the standard shape): the call's time / T. The scan's cost
 # is per token-head when its segments fill the GPU: the call's time / (B H T).
-# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 2.02 / 3.62 ms, r6: 1.76 /
-# 3.52 ms (figures/data/h200_r3_a757612.json); over 8192 tokens
-SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.246, 0.442), "tensor_cores": (0.215, 0.430)}
+# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 1.67 ms decay
+# (figures/data/h200_r3_pipe_13250cf.json, its pipelined split schedule) / 3.62 ms gated delta, r6: 1.76 / 3.52 ms
+# (figures/data/h200_r3_a757612.json); over 8192 tokens
+SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.204, 0.442), "tensor_cores": (0.215, 0.430)}
 # r4 with its default engine (r6) and phase 3 on r1: 9.18 ms over 2 x 1,048,576 (decay; figures/data/
 # h200_long_decay_a757612.json), 6.55 ms over 2 x 262,144 (gated delta; figures/data/h200_long_gdn_67e1559.json)
 SCAN_NS_PER_TOKEN_HEAD = (4.38, 12.49)
@@ -248,12 +249,14 @@ def auto_rung(T: int, K: int, V: int, recurrence: str | None = None, chunk_size:
               H: int | None = None) -> str:
     """The rung ``rung="auto"`` uses for a shape: the fastest landed rung measured correct on the H200.
 
-    From ``figures/data`` (B4 T8192 H16 K=V=128, float32): for the additive recurrences (plain, decay) r6
-    ``tensor_cores`` (3xTF32, float32 accuracy; its split schedule) is ahead of r3 ``shared`` and r5 ``warp_roles``, which are within a
-    few percent of each other and ahead of r1 ``recurrent``; for the delta rule and the gated delta rule r1
-    ``recurrent`` is the fastest rung (its state pass does one K x V update per token; the chunked rungs pay for
-    the WY solve and the [W; Q'] S product). So: K <= 128 picks ``tensor_cores`` (additive, or recurrence
-    unknown) or ``recurrent`` (delta family); K <= 256 picks ``chunked``; larger K ``naive``.
+    From ``figures/data`` (B4 T8192 H16 K=V=128, float32): for the additive recurrences (plain, decay) r3
+    ``shared`` (its split schedule with copies overlapped by ``cp.async``, since 13250cf) is ahead of r6
+    ``tensor_cores`` (3xTF32; 1.51 / 1.67 against 1.67 / 1.77 ms in one run,
+    ``figures/data/probes/h200_r3_r6_2b38aa1.json``), which is ahead of r5 ``warp_roles`` and r1 ``recurrent``;
+    for the delta rule and the gated delta rule r1 ``recurrent`` is the fastest rung (its state pass does one
+    K x V update per token; the chunked rungs pay for the WY solve and the [W; Q'] S product). So: K <= 128 picks
+    ``shared`` (additive, or recurrence unknown) or ``recurrent`` (delta family); K <= 256 picks ``chunked``;
+    larger K ``naive``.
 
     Few heads and a long sequence: when ``B`` and ``H`` are given (``attention`` gives them), r4 ``scan`` is picked
     instead where :func:`estimate_ms` puts it below ``SCAN_MARGIN`` times that choice: the sequential rungs
@@ -271,7 +274,7 @@ def auto_rung(T: int, K: int, V: int, recurrence: str | None = None, chunk_size:
     if recurrence is not None and recurrence not in RECURRENCES:
         raise ValueError(f"recurrence must be one of {RECURRENCES} or None, got {recurrence!r}")
     delta = recurrence in ("delta", "gated_delta")
-    order = ("recurrent", "shared") if delta else ("tensor_cores", "shared", "recurrent")
+    order = ("recurrent", "shared") if delta else ("shared", "tensor_cores", "recurrent")
     choice = "naive"
     for name in order + ("chunked",):
         mod = rungs.module(name) if name in RUNGS else None

@@ -1399,14 +1399,14 @@ def _split_state_layout(C, KP, BV):
 
 @functools.lru_cache(maxsize=None)
 def _rows_scaler(ROWS, COLS, NTH):
-    """``(J, gates, factors, scale)`` for the rows that :func:`_rows_copier` (same sizes) has a thread copy:
+    """``(J, load_gates, factors, scale)`` for the rows that :func:`_rows_copier` (same sizes) has a thread copy:
     ``load_gates(bcum, bh, t0, n, tid, bj)`` loads the in-chunk log-gates b_t of the thread's J rows and b_last into
     ``bj`` (J + 1 values), ``factors(bj, n, tid, fj)`` turns them into gamma_C / gamma_t = exp(b_last - b_t) (0 for
     t >= n), ``scale(sm, off, stride, tid, fj)`` multiplies the thread's own elements of the [ROWS, COLS] tile at
     ``off`` by them. Once its own copies have landed (``cp.async.wait_group``) a thread may rewrite them with no
     barrier, and it has its rows' gates from ``bcum`` itself rather than from a shared table that other threads
     write. The state kernel loads the gates a chunk ahead: loaded and used in the same chunk, their latency made
-    the decay state kernel slower than the general one, ``figures/data/probes``)."""
+    the decay state kernel slower than the general one (``figures/data/probes/h200_tune_r3_pipe_state1.json``)."""
     QPR = COLS // 4
     RSTEP = NTH // QPR
     J = cdiv(ROWS, RSTEP)

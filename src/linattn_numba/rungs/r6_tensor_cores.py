@@ -114,10 +114,13 @@ the float32 state kernels, plain / decay / delta / gated delta, now 4 / 0 / 0 / 
 
 Status: checked against the float64 oracle in the simulator (where the mma is a warp rendezvous that computes
 the tile product from every lane's fragments), compiled and assembled for sm_90, in the GPU test tier on the
-H200, and timed there by the bench: faster than r3 for every recurrence at the standard shape, so ``auto`` picks
-it for the additive recurrences (r1 stays faster for the delta family). Still slower than fla's TF32 chunk
-kernels: 3xTF32 triples the tensor-core work, and neither the state walk nor the output kernel overlaps its loads
-with its products (fla's Triton kernels pipeline them).
+H200, and timed there by the bench: faster than r3 for every recurrence at the standard shape until r3's split
+schedule overlapped its copies with its products (13250cf, ``cp.async``: r3's docstring); in one run since, r3
+takes 1.51 / 1.67 ms and r6 1.67 / 1.77 ms for plain / decay (``figures/data/probes/h200_r3_r6_2b38aa1.json``), so
+``auto`` picks r3 for the additive recurrences (r1 stays faster for the delta family). Still slower than fla's
+TF32 chunk kernels: 3xTF32 triples the tensor-core work, and neither its state walk nor its output kernel overlaps
+its loads with its products (fla's Triton kernels pipeline them; r3's split kernels now do, and the same copies
+are the next step here).
 """
 
 from __future__ import annotations
