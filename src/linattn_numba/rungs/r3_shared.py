@@ -276,10 +276,16 @@ Copies overlapped with the products (``cp.async``). Both kernels now stage by 16
   4 x 4 needed 16), with rows and columns mapped so that each of a warp's loads is one wavefront, and the scores'
   warp map likewise (:func:`_quad_map`: 4 x 8 threads per warp); the scores issue 8 steps of d per loop step.
   Per-instruction samples (``figures/data/probes/h200_ncu_src_r3_pipe1_out.csv.gz``, the first version with copies)
-  had shown where the rest went: the
-  copies by 4-D index cost ~45 instructions each in 64-bit address arithmetic (now a per-thread element offset
-  stepped by the row stride: :func:`linattn_numba.vec.cp_async16_at`), and the scores, 16 % of the instructions,
-  held 24 % of the stall samples.
+  had shown where the rest went: the copies by 4-D index cost ~45 instructions each in 64-bit address arithmetic
+  (now a per-thread element offset stepped by the row stride: :func:`linattn_numba.vec.cp_async16_at`), and the
+  scores, 16 % of the instructions, held 24 % of the stall samples. One block at C = 64, K' = V = 128 (slabs
+  S0..S3 of S_c's rows, V0, V1 of the chunk's values; | a ``wait_group`` and a barrier; each column's copies are
+  issued right after the barrier that opens it and land while that column and the next compute)::
+
+      math     -      | scores | Q S0   | Q S1 | Q S2 | Q S3, x gamma | Aqk V0 | Aqk V1, store
+      copies   K,Q S0 |        | S1  S2 | S3   | V0   | V1            |        |
+      into     K,Q X0 |        | X1  X2 | X0   | X1   | X2            |        |
+
 * state kernel (:func:`_split_state_kernel`): two chunk buffers; chunk c + 1's K rows and value tile are copied
   while chunk c's product runs; each thread scales the value rows it copied by gamma_C / gamma_t once they land,
   from gates it loaded a chunk ahead. The general kernel's staging had been 18.5 % of its instructions and 32.5 %
