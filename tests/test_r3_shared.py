@@ -116,6 +116,29 @@ def test_split_pipelines(monkeypatch, recurrence, T, C, K, V, with_h0):
         run(inp, C, with_h0, True)
 
 
+def test_copy_by_element_offset():
+    """The simulator's twin of ``vec.cp_async16_at`` (the pipelined kernels' copies): the element ``off`` places
+    past a view's first element, for r4's segment views ([B, T, H, K] seen as [B n, L, H, K] with explicit
+    strides) and a column slice; 16 bytes land as 4 floats, zeros when nothing is read; an offset between elements
+    of the view is refused."""
+    from linattn_numba import vec
+
+    x = np.arange(2 * 12 * 3 * 8, dtype=np.float32).reshape(2, 12, 3, 8)
+    seg = np.lib.stride_tricks.as_strided(x, shape=(6, 4, 3, 8), strides=(4 * x.strides[1],) + x.strides[1:])
+    cols = x[:, :, :, 4:]
+    for view, idx in ((seg, (5, 2, 1, 4)), (x, (1, 7, 2, 0)), (cols, (1, 3, 2, 0))):
+        item = view.dtype.itemsize
+        off = sum(i * st // item for i, st in zip(idx, view.strides))
+        assert vec._flat_index(view, off) == idx
+        sm = np.full(8, np.nan, np.float32)
+        vec._cp_async16_at_py(sm, 2, view, off, 16)
+        assert sm[2:6].tolist() == view[idx[:-1]][idx[-1]:idx[-1] + 4].tolist()
+        vec._cp_async16_at_py(sm, 4, view, off, 0)
+        assert sm[4:8].tolist() == [0.0] * 4
+    with pytest.raises(IndexError):
+        vec._flat_index(cols, 5)  # 5 elements past x[0, 0, 0, 4] is x[0, 0, 1, 1]: outside the column slice
+
+
 def test_split_schedule_falls_back(monkeypatch):
     """Where the split schedule cannot run the fused one does, still correct: the delta family (its P1 feeds the
     state), float16 inputs, rows that 128-bit accesses cannot take, C = 16 at K' = 128 (16 threads cannot copy

@@ -4,7 +4,8 @@
 Introduced by rung r3 ``shared`` (its register-blocked loops read four consecutive floats per operand and step)
 and used by r1's decode step (a streaming copy of the state) and r5; r5 introduced the asynchronous copies, which
 r1's sequence kernel also stages its tiles with, and r3's split schedule pipelines by commit groups
-(``cp_async_commit``, ``cp_async_wait_one``) with a source given as an element offset (``cp_async16_at``). Each has a plain-Python twin that the simulator runs
+(``cp_async_commit``, ``cp_async_wait_one``) with a source given as an element offset (``cp_async16_at``).
+Each has a plain-Python twin that the simulator runs
 (``_ld4_py``, ``_st_py``, ``_prefetch_py``, ``_cp_async16_py``): the simulator has no vector loads and needs none,
 and its copies are synchronous.
 """

@@ -291,15 +291,20 @@ Copies overlapped with the products (``cp.async``). Both kernels now stage by 16
   from gates it loaded a chunk ahead. The general kernel's staging had been 18.5 % of its instructions and 32.5 %
   of its stall samples (waiting on global loads).
 
-Measured on the H200 at the standard shape (oracle-checked; the A/B runs ``figures/data/probes/h200_tune_r3_pipe_*.json``
-and their rows in ``probes/README.md``): the output kernel 1.17 -> 0.99 ms (decay) and 1.09 -> 0.93 ms (plain)
-against the kernel before in the same runs; at 13250cf (``probes/h200_tune_r3_pipe_13250cf.json``) the pipelined
-state kernel 0.632 ms against the general one's 0.717 (decay), 0.581 against 0.670 (plain), the forward 1.669 /
-1.507 ms (decay / plain; 1.928 / 1.762 before). The bench beside fla is the README's table
-(``figures/data/h200_r3_pipe_13250cf.json``). Registers (``tools/sass.py``, sm_90): out 127, state 117 / 121
-(plain / decay), no spills. Shared memory: out 101.6 KB, state 86 KB; two blocks per SM each. What limits them
-now: the output kernel issues in ~70 % of its cycles with 45 % of its instructions not FMAs at the first pipelined
-version (the profile above); the copies are off the critical path, the instructions around the FMAs are not.
+Measured on the H200 at the standard shape (oracle-checked; the A/B runs
+``figures/data/probes/h200_tune_r3_pipe_*.json`` and their rows in ``probes/README.md``): the output kernel
+1.17 -> 0.99 ms (decay) and 1.09 -> 0.93 ms (plain) against the kernel before in the same runs; at 13250cf
+(``probes/h200_tune_r3_pipe_13250cf.json``) the pipelined state kernel 0.632 ms against the general one's 0.717
+(decay), 0.581 against 0.670 (plain), the forward 1.669 / 1.507 ms (decay / plain; 1.928 / 1.762 before). The
+bench beside fla is the README's table (``figures/data/h200_r3_pipe_13250cf.json``). Registers (``tools/sass.py``,
+sm_90): out 127, state 117 / 121 (plain / decay), no spills. Shared memory: out 101.6 KB, state 86 KB; two
+blocks per SM each. What limits them now: instruction issue around the FMAs, the copies being off the critical
+path. The first pipelined output kernel
+issued in ~72 % of its cycles with 45 % of its instructions not FMAs (the profile above). In the SASS of the
+landed kernels (``tools/sass.py``, sm_90) the inner loops are 128 FFMA in 157 instructions (Q S_c; the state
+update), 128 in 162 (Aqk V) and 80 in 109 (the scores), and the state kernel spends ~465 instructions per chunk
+and warp outside its product loop (issuing copies, storing S_c, the gates) against 8 x 157 in it. Both run at
+about 41 % of the FMA peak (out ~27.9 GFLOP as executed in 0.996 ms, state 17.2 GFLOP in 0.632 ms, decay).
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta
 family (whose P1 ``W S`` feeds the state), the fused schedule runs. compute-sanitizer's memcheck, racecheck and
@@ -354,7 +359,8 @@ BV_DEFAULT = 64
 
 
 # 128-bit loads and stores (moved to linattn_numba.vec so r1's decode step can use them too)
-from ..vec import cp_async16_at, cp_async_commit, cp_async_wait_all, cp_async_wait_one, ld1, ld4, prefetch_l2, st4  # noqa: E402,E501
+from ..vec import (cp_async16_at, cp_async_commit, cp_async_wait_all, cp_async_wait_one, ld1, ld4,  # noqa: E402
+                   prefetch_l2, st4)
 
 
 @cuda.jit(device=True, inline="always")
@@ -1747,10 +1753,10 @@ def _out_kernel(C, KP, has_g):
                         if r < n:
                             for u in range(2):
                                 cu = col + u * HB
+                                e = 8 * i + 4 * u
                                 if cu < V:  # V a multiple of 4: the whole quad
-                                    st4(o, (b, t0 + r, h, cu), (scale * acc[8 * i + 4 * u], scale * acc[8 * i + 4 * u + 1],
-                                                                scale * acc[8 * i + 4 * u + 2],
-                                                                scale * acc[8 * i + 4 * u + 3]))
+                                    st4(o, (b, t0 + r, h, cu), (scale * acc[e], scale * acc[e + 1], scale * acc[e + 2],
+                                                                scale * acc[e + 3]))
                     for e in range(32):  # the next pass starts from zero (here, not at its first slab: 32 selects
                         acc[e] = float32(0.0)  # per slab there, 3 % of the kernel's instructions)
             if j + 1 < NSL:
