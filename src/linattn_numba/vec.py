@@ -201,6 +201,31 @@ else:
 
         return sig, codegen
 
+    def _shared_ptr(context, builder, smty, sm_val, ity, i_val):
+        """The address of ``sm[i]`` (``i`` an index or a tuple of indices), with no negative-index handling."""
+        sary = context.make_array(smty)(context, builder, sm_val)
+        if isinstance(ity, types.BaseTuple):  # sm[i0, i1, ...] or sm[i]
+            sinds = cgutils.unpack_tuple(builder, i_val, len(ity))
+            sinds = [context.cast(builder, v, t, types.intp) for v, t in zip(sinds, ity)]
+        else:
+            sinds = [context.cast(builder, i_val, ity, types.intp)]
+        return cgutils.get_item_pointer(context, builder, smty, sary, sinds, wraparound=False)
+
+    def _emit_cp_async16(context, builder, dptr, gptr, nty, n_val):
+        """``cp.async.cg.shared.global [dptr], [gptr], 16, n`` (generic addresses converted in the PTX)."""
+        i64 = ir.IntType(64)
+        n32 = context.cast(builder, n_val, nty, types.int32)
+        fnty = ir.FunctionType(ir.VoidType(), [i64, i64, ir.IntType(32)])
+        asm = ir.InlineAsm(
+            fnty,
+            "{ .reg .u64 d64, g64; .reg .u32 d32; cvta.to.shared.u64 d64, $0; cvt.u32.u64 d32, d64; "
+            "cvta.to.global.u64 g64, $1; cp.async.cg.shared.global [d32], [g64], 16, $2; }",
+            "l,l,r,~{memory}",
+            side_effect=True,
+        )
+        builder.call(asm, [builder.ptrtoint(dptr, i64), builder.ptrtoint(gptr, i64), n32])
+        return context.get_dummy_value()
+
     @intrinsic
     def cp_async16(typingctx, sm, i, src, idx, nbytes):
         """``cp.async.cg.shared.global``: copy 16 bytes from ``src[idx]`` (16-byte aligned) to ``sm[i]`` (an index
@@ -213,29 +238,12 @@ else:
 
         def codegen(context, builder, sig, args):
             smty, ity, srcty, idxty, nty = sig.args
-            sary = context.make_array(smty)(context, builder, args[0])
-            if isinstance(ity, types.BaseTuple):  # sm[i0, i1, ...] or sm[i]
-                sinds = cgutils.unpack_tuple(builder, args[1], len(ity))
-                sinds = [context.cast(builder, v, t, types.intp) for v, t in zip(sinds, ity)]
-            else:
-                sinds = [context.cast(builder, args[1], ity, types.intp)]
-            dptr = cgutils.get_item_pointer(context, builder, smty, sary, sinds, wraparound=False)
+            dptr = _shared_ptr(context, builder, smty, args[0], ity, args[1])
             gary = context.make_array(srcty)(context, builder, args[2])
             vals = cgutils.unpack_tuple(builder, args[3], len(idxty))
             inds = [context.cast(builder, v, t, types.intp) for v, t in zip(vals, idxty)]
             gptr = cgutils.get_item_pointer(context, builder, srcty, gary, inds, wraparound=False)
-            i64 = ir.IntType(64)
-            n32 = context.cast(builder, args[4], nty, types.int32)
-            fnty = ir.FunctionType(ir.VoidType(), [i64, i64, ir.IntType(32)])
-            asm = ir.InlineAsm(
-                fnty,
-                "{ .reg .u64 d64, g64; .reg .u32 d32; cvta.to.shared.u64 d64, $0; cvt.u32.u64 d32, d64; "
-                "cvta.to.global.u64 g64, $1; cp.async.cg.shared.global [d32], [g64], 16, $2; }",
-                "l,l,r,~{memory}",
-                side_effect=True,
-            )
-            builder.call(asm, [builder.ptrtoint(dptr, i64), builder.ptrtoint(gptr, i64), n32])
-            return context.get_dummy_value()
+            return _emit_cp_async16(context, builder, dptr, gptr, nty, args[4])
 
         return sig, codegen
 
@@ -251,27 +259,10 @@ else:
 
         def codegen(context, builder, sig, args):
             smty, ity, srcty, offty, nty = sig.args
-            sary = context.make_array(smty)(context, builder, args[0])
-            if isinstance(ity, types.BaseTuple):
-                sinds = cgutils.unpack_tuple(builder, args[1], len(ity))
-                sinds = [context.cast(builder, v, t, types.intp) for v, t in zip(sinds, ity)]
-            else:
-                sinds = [context.cast(builder, args[1], ity, types.intp)]
-            dptr = cgutils.get_item_pointer(context, builder, smty, sary, sinds, wraparound=False)
+            dptr = _shared_ptr(context, builder, smty, args[0], ity, args[1])
             gary = context.make_array(srcty)(context, builder, args[2])
             gptr = builder.gep(gary.data, [context.cast(builder, args[3], offty, types.intp)])
-            i64 = ir.IntType(64)
-            n32 = context.cast(builder, args[4], nty, types.int32)
-            fnty = ir.FunctionType(ir.VoidType(), [i64, i64, ir.IntType(32)])
-            asm = ir.InlineAsm(
-                fnty,
-                "{ .reg .u64 d64, g64; .reg .u32 d32; cvta.to.shared.u64 d64, $0; cvt.u32.u64 d32, d64; "
-                "cvta.to.global.u64 g64, $1; cp.async.cg.shared.global [d32], [g64], 16, $2; }",
-                "l,l,r,~{memory}",
-                side_effect=True,
-            )
-            builder.call(asm, [builder.ptrtoint(dptr, i64), builder.ptrtoint(gptr, i64), n32])
-            return context.get_dummy_value()
+            return _emit_cp_async16(context, builder, dptr, gptr, nty, args[4])
 
         return sig, codegen
 

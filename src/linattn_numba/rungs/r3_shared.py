@@ -761,26 +761,25 @@ def _scores(sm, O_K, O_Q, O_AQK, O_LA, O_B, O_BETA, KS, CS, C4, KP, tid, has_g, 
                     for j in range(i + 1):
                         for f in range(4):
                             acc_qk[4 * i + j] += qr2[16 * u + 4 * i + f] * kc2[16 * u + 4 * j + f]
-    for d in range(0, KP if delta else 0, 4):
-        for j in range(4):
-            x = ld4(sm, O_K + (tc + C4 * j) * KS + d)
-            for f in range(4):
-                kc[4 * j + f] = x[f]
-        for i in range(4):
-            if delta:
+    else:
+        for d in range(0, KP, 4):
+            for j in range(4):
+                x = ld4(sm, O_K + (tc + C4 * j) * KS + d)
+                for f in range(4):
+                    kc[4 * j + f] = x[f]
+            for i in range(4):
                 x = ld4(sm, O_K + (tr + C4 * i) * KS + d)
                 for f in range(4):
                     kr[4 * i + f] = x[f]
-            if out:
-                y = ld4(sm, O_Q + (tr + C4 * i) * KS + d)
-                for f in range(4):
-                    qr[4 * i + f] = y[f]
-        for i in range(4):
-            for j in range(i + 1):  # column tc + C/4 j > row tr + C/4 i for j > i: masked below, never summed
-                for f in range(4):
-                    if out:
-                        acc_qk[4 * i + j] += qr[4 * i + f] * kc[4 * j + f]
-                    if delta:
+                if out:
+                    y = ld4(sm, O_Q + (tr + C4 * i) * KS + d)
+                    for f in range(4):
+                        qr[4 * i + f] = y[f]
+            for i in range(4):
+                for j in range(i + 1):  # column tc + C/4 j > row tr + C/4 i for j > i: masked below, never summed
+                    for f in range(4):
+                        if out:
+                            acc_qk[4 * i + j] += qr[4 * i + f] * kc[4 * j + f]
                         acc_kk[4 * i + j] += kr[4 * i + f] * kc[4 * j + f]
     for i in range(4):
         t = tr + C4 * i
