@@ -212,18 +212,18 @@ else:
         return cgutils.get_item_pointer(context, builder, smty, sary, sinds, wraparound=False)
 
     def _emit_cp_async16(context, builder, dptr, gptr, nty, n_val):
-        """``cp.async.cg.shared.global [dptr], [gptr], 16, n`` (generic addresses converted in the PTX)."""
-        i64 = ir.IntType(64)
+        """``cp.async.cg.shared.global [dptr], [gptr], 16, n``. The generic pointers are cast to the shared and
+        global state spaces in the IR, not in the PTX: the compiler then sees the shared array's own 32-bit
+        address plus an offset, and folds the constant part of a copy's offset into the instruction (the
+        conversions inside the asm cost 5 instructions per copy and hid the offsets from it)."""
+        i32, i64 = ir.IntType(32), ir.IntType(64)
         n32 = context.cast(builder, n_val, nty, types.int32)
-        fnty = ir.FunctionType(ir.VoidType(), [i64, i64, ir.IntType(32)])
-        asm = ir.InlineAsm(
-            fnty,
-            "{ .reg .u64 d64, g64; .reg .u32 d32; cvta.to.shared.u64 d64, $0; cvt.u32.u64 d32, d64; "
-            "cvta.to.global.u64 g64, $1; cp.async.cg.shared.global [d32], [g64], 16, $2; }",
-            "l,l,r,~{memory}",
-            side_effect=True,
-        )
-        builder.call(asm, [builder.ptrtoint(dptr, i64), builder.ptrtoint(gptr, i64), n32])
+        sptr = builder.addrspacecast(dptr, ir.PointerType(dptr.type.pointee, addrspace=3))
+        gglob = builder.addrspacecast(gptr, ir.PointerType(gptr.type.pointee, addrspace=1))
+        fnty = ir.FunctionType(ir.VoidType(), [i32, i64, i32])
+        asm = ir.InlineAsm(fnty, "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}",
+                           side_effect=True)
+        builder.call(asm, [builder.ptrtoint(sptr, i32), builder.ptrtoint(gglob, i64), n32])
         return context.get_dummy_value()
 
     @intrinsic

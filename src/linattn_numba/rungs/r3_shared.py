@@ -723,6 +723,26 @@ def _wy_inverse(sm, O_K, KS, KP, O_BETA, O_B, O_LA, O_T, CS, C, NB, tid, NTH, ha
 
 
 @cuda.jit(device=True, inline="always")
+def _scores_step8(sm, acc, kc2, qr2, pk, pq, rs):
+    """:func:`_scores`' additive step: acc[4 i + j] += sum_{f < 8} Q[i, f] K[j, f] for j <= i, Q's row i at
+    ``sm[pq + i rs]``, K's row j at ``sm[pk + j rs]``; the 16 loads before the 80 FMAs."""
+    for u in range(2):
+        for j in range(4):
+            x = ld4(sm, pk + j * rs + 4 * u)
+            for f in range(4):
+                kc2[16 * u + 4 * j + f] = x[f]
+        for i in range(4):
+            y = ld4(sm, pq + i * rs + 4 * u)
+            for f in range(4):
+                qr2[16 * u + 4 * i + f] = y[f]
+    for u in range(2):
+        for i in range(4):
+            for j in range(i + 1):
+                for f in range(4):
+                    acc[4 * i + j] += qr2[16 * u + 4 * i + f] * kc2[16 * u + 4 * j + f]
+
+
+@cuda.jit(device=True, inline="always")
 def _scores(sm, O_K, O_Q, O_AQK, O_LA, O_B, O_BETA, KS, CS, C4, KP, tid, has_g, delta, out):
     """The intra (and split output) kernel's scores: sm[O_AQK + t CS + s] = Aqk[t, s] = (Q K^T)[t, s] Gamma_ts for
     s <= t (``out``) and sm[O_LA + t CS + s] = Lkk[t, s] = beta_t (K K^T)[t, s] Gamma_ts for s < t (``delta``), 0
@@ -744,23 +764,14 @@ def _scores(sm, O_K, O_Q, O_AQK, O_LA, O_B, O_BETA, KS, CS, C4, KP, tid, has_g, 
         # the scores alone: 8 steps of d per loop step, all 16 loads issued before the 80 FMAs (4 steps made each
         # group of FMAs wait on its own loads: a quarter of the output kernel's stall samples, with 16 % of its
         # instructions); the same order of the sum over d. The delta family's two products have no registers for it
+        # (two such steps per loop step, written out: 16 d, constant offsets from two base addresses)
         kc2 = cuda.local.array(32, float32)
         qr2 = cuda.local.array(32, float32)
-        for d in range(0, KP, 8):
-            for u in range(2):
-                for j in range(4):
-                    x = ld4(sm, O_K + (tc + C4 * j) * KS + d + 4 * u)
-                    for f in range(4):
-                        kc2[16 * u + 4 * j + f] = x[f]
-                for i in range(4):
-                    y = ld4(sm, O_Q + (tr + C4 * i) * KS + d + 4 * u)
-                    for f in range(4):
-                        qr2[16 * u + 4 * i + f] = y[f]
-            for u in range(2):
-                for i in range(4):
-                    for j in range(i + 1):
-                        for f in range(4):
-                            acc_qk[4 * i + j] += qr2[16 * u + 4 * i + f] * kc2[16 * u + 4 * j + f]
+        pk = O_K + tc * KS
+        pq = O_Q + tr * KS
+        for d in range(0, KP, 16):
+            _scores_step8(sm, acc_qk, kc2, qr2, pk + d, pq + d, C4 * KS)
+            _scores_step8(sm, acc_qk, kc2, qr2, pk + d + 8, pq + d + 8, C4 * KS)
     else:
         for d in range(0, KP, 4):
             for j in range(4):
@@ -1449,6 +1460,22 @@ def _rows_scaler(ROWS, COLS, NTH):
     return J, dev(load_gates), dev(factors), dev(scale)
 
 
+@cuda.jit(device=True, inline="always")
+def _p2_rows8(sm, S, xa, ya, pk, ks, pv, vs):
+    """S[4 i + j] += sum_e K[e, i] V[e, j] over 8 rows e: K's at ``sm[pk + e ks + i]``, V's at ``sm[pv + e vs +
+    j]``; the 16 loads of 16 bytes before the 128 FMAs."""
+    for e in range(8):
+        x = ld4(sm, pk + e * ks)
+        y = ld4(sm, pv + e * vs)
+        for f in range(4):
+            xa[4 * e + f] = x[f]
+            ya[4 * e + f] = y[f]
+    for e in range(8):
+        for i in range(4):
+            for j in range(4):
+                S[4 * i + j] += xa[4 * e + i] * ya[4 * e + j]
+
+
 @functools.lru_cache(maxsize=None)
 def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht):
     """The split schedule's state kernel: :func:`_state_kernel` in state-only mode with ``store`` (the additive
@@ -1526,20 +1553,14 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht):
             if has_g:
                 for e in range(16):
                     S[e] *= gc
-            # r3's P2: 8 rows of K and V per step, their 16 loads before the 128 FMAs; rows past the end are zero
-            for t8 in range(C // 8):
-                pk = O_K + p * C * KS + 8 * t8 * KS + rg * 4
-                pv = O_V + p * C * VS + 8 * t8 * VS + cg * 4
-                for e in range(8):
-                    x = ld4(sm, pk + e * KS)
-                    y = ld4(sm, pv + e * VS)
-                    for f in range(4):
-                        xa[4 * e + f] = x[f]
-                        ya[4 * e + f] = y[f]
-                for e in range(8):
-                    for i in range(4):
-                        for j in range(4):
-                            S[4 * i + j] += xa[4 * e + i] * ya[4 * e + j]
+            # r3's P2: 8 rows of K and V per step, their 16 loads before the 128 FMAs; rows past the end are zero.
+            # Two steps per loop step, written out: their addresses are a base plus constants (311 instructions per
+            # 256 FMAs, 334 with one step)
+            pk = O_K + p * C * KS + rg * 4
+            pv = O_V + p * C * VS + cg * 4
+            for t16 in range(0, C, 16):
+                _p2_rows8(sm, S, xa, ya, pk + t16 * KS, KS, pv + t16 * VS, VS)
+                _p2_rows8(sm, S, xa, ya, pk + (t16 + 8) * KS, KS, pv + (t16 + 8) * VS, VS)
             cuda.syncthreads()  # chunk c's buffers are read: chunk c + 2 goes there
         cp_async_wait_all()
         if has_ht:
@@ -1594,20 +1615,33 @@ def _rows_copier(ROWS, COLS, NTH, scratch):
             d = 4 * (tid % QPR)
             tf = tid // QPR
             s1 = x.strides[1] // 4
-            inside = c0 + d < lim
-            src = bh * (x.strides[0] // 4) + (r0 + tf) * s1 + (c0 + d if inside else 0)
-            for j in range(J):
-                t = tf + j * RSTEP
-                if ROWS % RSTEP == 0 or t < ROWS:
-                    cp_async16_at(sm, off + t * stride + d, x, src + j * RSTEP * s1, 16 if inside else 0)
+            if c0 + COLS <= lim:  # every column inside (the block agrees): no test per copy
+                src = bh * (x.strides[0] // 4) + (r0 + tf) * s1 + c0 + d
+                for j in range(J):
+                    t = tf + j * RSTEP
+                    if ROWS % RSTEP == 0 or t < ROWS:
+                        cp_async16_at(sm, off + t * stride + d, x, src + j * RSTEP * s1, 16)
+            else:
+                inside = c0 + d < lim
+                src = bh * (x.strides[0] // 4) + (r0 + tf) * s1 + (c0 + d if inside else 0)
+                for j in range(J):
+                    t = tf + j * RSTEP
+                    if ROWS % RSTEP == 0 or t < ROWS:
+                        cp_async16_at(sm, off + t * stride + d, x, src + j * RSTEP * s1, 16 if inside else 0)
     else:
         def copy(sm, off, stride, x, b, h, t0, n, lim, c0, tid):
             d = 4 * (tid % QPR)
             tf = tid // QPR
             s1 = x.strides[1] // 4
             row0 = b * (x.strides[0] // 4) + h * (x.strides[2] // 4)  # row t0 + t: row0 + (t0 + t) s1
-            cin = c0 + d < lim
             src = row0 + (t0 + tf) * s1 + c0 + d
+            if n >= ROWS and c0 + COLS <= lim:  # the whole tile inside (all but a sequence's last chunk): no tests
+                for j in range(J):
+                    t = tf + j * RSTEP
+                    if ROWS % RSTEP == 0 or t < ROWS:
+                        cp_async16_at(sm, off + t * stride + d, x, src + j * RSTEP * s1, 16)
+                return
+            cin = c0 + d < lim
             for j in range(J):
                 t = tf + j * RSTEP
                 if ROWS % RSTEP == 0 or t < ROWS:
@@ -1618,28 +1652,38 @@ def _rows_copier(ROWS, COLS, NTH, scratch):
 
 
 @cuda.jit(device=True, inline="always")
+def _mm_4x8_step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m):
+    """Steps m .. m + 3 of :func:`_mm_4x8`."""
+    for i in range(4):
+        x = ld4(sm, oa + ra[i] * sa + m)
+        for e in range(4):
+            a[4 * i + e] = x[e]
+    for e in range(4):
+        y = ld4(sm, ob + (m + e) * sb + c0)
+        z = ld4(sm, ob + (m + e) * sb + c0 + hb)
+        for j in range(4):
+            bb[8 * e + j] = y[j]
+            bb[8 * e + 4 + j] = z[j]
+    for i in range(4):
+        for e in range(4):
+            for j in range(8):
+                acc[8 * i + j] += a[4 * i + e] * bb[8 * e + j]
+
+
+@cuda.jit(device=True, inline="always")
 def _mm_4x8(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
-    """acc[8 i + j] += sum_m A[ra[i], m] B[m, col_j] for a 4 x 8 micro-tile, m < kdim (a multiple of 4): rows
+    """acc[8 i + j] += sum_m A[ra[i], m] B[m, col_j] for a 4 x 8 micro-tile, m < kdim (a multiple of 16): rows
     ``ra[0..3]`` of A (row-major at ``sm[oa + row * sa + m]``), columns ``c0 .. c0 + 3`` and ``c0 + hb .. c0 + hb
     + 3`` of B (at ``sm[ob + m * sb + col]``). Per 4 steps of m: 4 + 8 loads of 16 bytes, 128 FMAs (a 4 x 4 tile:
-    8 loads per 64 FMAs, :func:`_mm_nn`)."""
+    8 loads per 64 FMAs, :func:`_mm_nn`). Four such steps per loop step, written out: every load's address is then
+    a base register plus a constant (with one step per loop step, ptxas rebuilt the addresses each step)."""
     a = cuda.local.array(16, float32)
     bb = cuda.local.array(32, float32)
-    for m in range(0, kdim, 4):
-        for i in range(4):
-            x = ld4(sm, oa + ra[i] * sa + m)
-            for e in range(4):
-                a[4 * i + e] = x[e]
-        for e in range(4):
-            y = ld4(sm, ob + (m + e) * sb + c0)
-            z = ld4(sm, ob + (m + e) * sb + c0 + hb)
-            for j in range(4):
-                bb[8 * e + j] = y[j]
-                bb[8 * e + 4 + j] = z[j]
-        for i in range(4):
-            for e in range(4):
-                for j in range(8):
-                    acc[8 * i + j] += a[4 * i + e] * bb[8 * e + j]
+    for m in range(0, kdim, 16):
+        _mm_4x8_step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m)
+        _mm_4x8_step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 4)
+        _mm_4x8_step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 8)
+        _mm_4x8_step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 12)
 
 
 @functools.lru_cache(maxsize=None)
