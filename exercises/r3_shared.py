@@ -146,7 +146,9 @@ BV_DEFAULT = 64
 # Given: the building blocks your kernels call, imported from the package's rung (one implementation for the
 # rung and the skeleton): 128-bit accesses (ld4, st4, prefetch_l2 from linattn_numba.vec), the 4x4 micro-tile
 # product _mm_nn (and _mm_nn8: 8 steps of the inner dimension per loop step, its loads first; kdim a multiple of
-# 8), the tile-to-thread map _quad_map (4 x 8 tiles per warp: one shared wavefront per load), the staging loops
+# 8), the 8-step pieces written out twice per loop step by the package's loops (_scores_step8: 8 steps of the
+# additive scores, which your _scores may call; _p2_rows8: 8 rows of the state update; _mm_4x8_step), the
+# tile-to-thread map _quad_map (4 x 8 tiles per warp: one shared wavefront per load), the staging loops
 # _stage_input / _stage_input4 / _stage_scratch and the fixed-map stagers
 # _rows_stager (every size a constant; the factories below build them where _stager_fits), _store_tile, a chunk's
 # gates _chunk_gates, and the state kernel's one-call staging _stage_chunk (its fixed-map version: _chunk_stager)
@@ -160,9 +162,11 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _chunk_stager,
     _gates_kernel,
     _mm_4x8,
+    _mm_4x8_step,
     _out_kernel,
     _out_layout,
     _out_shape,
+    _p2_rows8,
     _rows_copier,
     _rows_scaler,
     _split_launches,
@@ -177,6 +181,7 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _quad_map,
     _rows_aligned,
     _rows_stager,
+    _scores_step8,
     _scratch,
     _scratch_key,
     _stage_chunk,
