@@ -1748,9 +1748,8 @@ def _out_kernel(C, KP, has_g):
         t0 = c * C
         n = min(C, T - t0)
         NSL = ((V + CBW - 1) // CBW) * NSP
-        if has_g:
-            for t in range(tid, C, NTH):
-                sm[O_B + t] = bcum[bh, t0 + t]
+        if has_g and tid < C // 4:  # b by cp.async too (loaded into registers, its wait stalled the prologue)
+            cp_async16_at(sm, O_B + 4 * tid, bcum, bh * (bcum.strides[0] // 4) + t0 + 4 * tid, 16)
         cp_rows(sm, O_R, KS, k, b, h, t0, n, K, 0, tid)
         cp_rows(sm, O_Q, KS, q, b, h, t0, n, K, 0, tid)
         cp_async_commit()
