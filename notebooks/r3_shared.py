@@ -589,7 +589,7 @@ else:
 # * Inside a block, the staging of each chunk waits behind a barrier with nothing to overlap it (one block per
 #   SM; since the fixed-map stagers it is 12-16 % of the state kernel's time, see the 9ed137f bars), the state
 #   pass is issue-bound (16 warps per SM issue every instruction: the FMAs were 57 % of them at 9ed137f, and the
-#   products' loops now issue 157 instructions per 128 FMAs), and the delta rule's intra kernel adds the
+#   products' loops now issue 583 instructions per 512 FMAs), and the delta rule's intra kernel adds the
 #   inverse's short, barrier-separated steps.
 # * `W, U, Q', U''` still make one round trip through global memory between the two kernels.
 

@@ -214,10 +214,10 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
 # long-context runs at B1 H2), (additive, delta family). The sequential rungs' cost is one block's walk through
 # the tokens (a block per SM, all blocks in one wave at the standard shape): the call's time / T. The scan's cost
 # is per token-head when its segments fill the GPU: the call's time / (B H T).
-# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 1.67 ms decay
-# (figures/data/h200_r3_pipe_13250cf.json, its pipelined split schedule) / 3.62 ms gated delta, r6: 1.76 / 3.52 ms
+# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 1.57 ms decay
+# (figures/data/h200_r3_bf141f5.json, its pipelined split schedule) / 3.62 ms gated delta, r6: 1.76 / 3.52 ms
 # (figures/data/h200_r3_a757612.json); over 8192 tokens
-SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.204, 0.442), "tensor_cores": (0.215, 0.430)}
+SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.191, 0.442), "tensor_cores": (0.215, 0.430)}
 # r4 with its default engine (r6) and phase 3 on r1: 9.18 ms over 2 x 1,048,576 (decay; figures/data/
 # h200_long_decay_a757612.json), 6.55 ms over 2 x 262,144 (gated delta; figures/data/h200_long_gdn_67e1559.json)
 SCAN_NS_PER_TOKEN_HEAD = (4.38, 12.49)

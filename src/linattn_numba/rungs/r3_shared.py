@@ -296,7 +296,7 @@ Measured on the H200 at the standard shape (oracle-checked; the A/B runs
 1.17 -> 0.99 ms (decay) and 1.09 -> 0.93 ms (plain) against the kernel before in the same runs; at 13250cf
 (``probes/h200_tune_r3_pipe_13250cf.json``) the pipelined state kernel 0.632 ms against the general one's 0.717
 (decay), 0.581 against 0.670 (plain), the forward 1.669 / 1.507 ms (decay / plain; 1.928 / 1.762 before). The
-bench beside fla is the README's table (``figures/data/h200_r3_pipe_13250cf.json``). Registers (``tools/sass.py``,
+bench beside fla at 13250cf: ``figures/data/probes/h200_r3_pipe_13250cf.json``. Registers (``tools/sass.py``,
 sm_90): out 127, state 117 / 121 (plain / decay), no spills. Shared memory: out 101.6 KB, state 86 KB; two
 blocks per SM each. What limits them now: instruction issue around the FMAs, the copies being off the critical
 path. The first pipelined output kernel
@@ -305,6 +305,25 @@ landed kernels (``tools/sass.py``, sm_90) the inner loops are 128 FFMA in 157 in
 update), 128 in 162 (Aqk V) and 80 in 109 (the scores), and the state kernel spends ~465 instructions per chunk
 and warp outside its product loop (issuing copies, storing S_c, the gates) against 8 x 157 in it. Both run at
 about 41 % of the FMA peak (out ~27.9 GFLOP as executed in 0.996 ms, state 17.2 GFLOP in 0.632 ms, decay).
+
+Fewer instructions around the FMAs (d4b4426, bf141f5). Per-instruction counts of those kernels
+(``figures/data/probes/h200_ncu_src_r3_8f9bf2e_{state,out}.csv.gz``): the state kernel issued 222.6 instructions
+per warp and chunk for its 10 copies and 148.4 for storing S_c and the gates, against 1,024 FFMA; the output kernel
+28-40 per copy; both issued in ~0.7 of their schedulers' cycles. Now:
+
+* ``cp.async`` takes the shared array's 32-bit address, cast to the shared space in the IR
+  (:mod:`linattn_numba.vec`): the constant part of a copy's shared offset becomes the instruction's immediate;
+* :func:`_rows_copier` copies a whole tile (every row before ``n``, every column before ``lim``: all chunks but a
+  sequence's last) with no test per copy: 3 instructions around each ``LDGSTS`` in the SASS;
+* the product loops are written out two or four steps per loop step (:func:`_mm_4x8_step`, :func:`_p2_rows8`,
+  :func:`_scores_step8`), so each load's address is a base register plus a constant: 583 instructions per 512 FFMA
+  for Q S_c (4 x 157 before), 311 per 256 for the state update (2 x 167);
+* the output kernel's log-gates arrive by ``cp.async`` with K's and Q's rows (a load into registers before).
+
+H200, one session (``probes/h200_tune_r3_base_8f9bf2e.json``, ``..._unroll_d4b4426.json``,
+``..._gates_bf141f5.json``): decay 1.669 -> 1.574 -> 1.566 ms (state 0.632 -> 0.601 -> 0.597, out 0.995 -> 0.929 ->
+0.919), plain 1.507 -> 1.453 -> 1.453. The bench beside fla is the README's table (``figures/data/
+h200_r3_bf141f5.json``).
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta
 family (whose P1 ``W S`` feeds the state), the fused schedule runs. compute-sanitizer's memcheck, racecheck and
@@ -1601,7 +1620,8 @@ def _rows_copier(ROWS, COLS, NTH, scratch):
     :func:`linattn_numba.vec.cp_async16_at`): each thread issues its J 16-byte copies and goes on; they land in
     shared memory while the thread computes, and :func:`linattn_numba.vec.cp_async_wait_one` / ``wait_all`` then a
     barrier make them visible. No registers hold the data and nothing is scaled. The source is a per-thread element
-    offset stepped by the row stride (a 4-D index costs ~45 instructions per copy in address arithmetic).
+    offset stepped by the row stride (a 4-D index costs ~45 instructions per copy in address arithmetic). A whole
+    tile inside (``n >= ROWS`` and ``c0 + COLS <= lim``, the block agrees) is copied with no test per copy.
     ``scratch``: ``x`` [BH, rows, n] (``copy(sm, off, stride, x, bh, r0, lim, c0, tid)``, rows r0 + t); else
     [B, T, H, n] (``copy(sm, off, stride, x, b, h, t0, n, lim, c0, tid)``: rows t >= n zero). Rows are
     contiguous (``vin``). Columns ``c0 + d >= lim`` are zero. Zero-filled copies read nothing (their source is
