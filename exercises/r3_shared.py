@@ -147,8 +147,9 @@ BV_DEFAULT = 64
 # rung and the skeleton): 128-bit accesses (ld4, st4, prefetch_l2 from linattn_numba.vec), the 4x4 micro-tile
 # product _mm_nn (and _mm_nn8: 8 steps of the inner dimension per loop step, its loads first; kdim a multiple of
 # 8), the 8-step pieces written out twice per loop step by the package's loops (_scores_step8: 8 steps of the
-# additive scores, which your _scores may call; _p2_rows8: 8 rows of the state update; _mm_4x8_step), the
-# tile-to-thread map _quad_map (4 x 8 tiles per warp: one shared wavefront per load), the staging loops
+# additive scores, which your _scores may call; _p2_rows8: 8 rows of the state update, which your step 5 may
+# call; _mm_4x8_step), the tile-to-thread map _quad_map (4 x 8 tiles per warp: one shared wavefront per load),
+# the staging loops
 # _stage_input / _stage_input4 / _stage_scratch and the fixed-map stagers
 # _rows_stager (every size a constant; the factories below build them where _stager_fits), _store_tile, a chunk's
 # gates _chunk_gates, and the state kernel's one-call staging _stage_chunk (its fixed-map version: _chunk_stager)
@@ -507,9 +508,9 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, store=False
         #      x = ld4(sm, O_A + K_OFF + t * KS + 4 rg)   (k_t at this thread's 4 rows)
         #      y = ld4(sm, O_V + t * VS + 4 cg)           (V_new row t at its 4 columns, already scaled)
         #      S[4 i + j] += x[i] * y[j]                   a rank-1 update of the 4x4 block: 16 FMAs per 2 loads
-        #    (Speed, optional: take 4 rows t per step (r3 takes 8), their 8 ld4 into two local arrays before the 64
-        #    FMAs, so the FMAs do not wait on their own loads and the loop's counting is paid once per 64 FMAs, not
-        #    per 16.)
+        #    (Speed, optional: take 4 rows t per step (r3 takes 8: the given _p2_rows8), their 8 ld4 into two local
+        #    arrays before the 64 FMAs, so the FMAs do not wait on their own loads and the loop's counting is paid
+        #    once per 64 FMAs, not per 16.)
         #    cuda.syncthreads()  -- protects: the next chunk's staging overwrites K, V_new and the S tile only after
         #    every thread is done reading them.
         # Finally, if has_ht: ht[b, h, 4 rg + i, v0 + 4 cg + j] = S[4 i + j] for rows < K, columns < V. h0 and ht may

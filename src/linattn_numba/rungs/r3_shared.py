@@ -1179,6 +1179,22 @@ def _chunk_prefetcher(C, KP, BV, NTH, delta, out):
     return cuda.jit(device=True, inline="always")(pf)
 
 
+@cuda.jit(device=True, inline="always")
+def _p2_rows8(sm, S, xa, ya, pk, ks, pv, vs):
+    """S[4 i + j] += sum_e K[e, i] V[e, j] over 8 rows e: K's at ``sm[pk + e ks + i]``, V's at ``sm[pv + e vs +
+    j]``; the 16 loads of 16 bytes before the 128 FMAs."""
+    for e in range(8):
+        x = ld4(sm, pk + e * ks)
+        y = ld4(sm, pv + e * vs)
+        for f in range(4):
+            xa[4 * e + f] = x[f]
+            ya[4 * e + f] = y[f]
+    for e in range(8):
+        for i in range(4):
+            for j in range(4):
+                S[4 * i + j] += xa[4 * e + i] * ya[4 * e + j]
+
+
 @functools.lru_cache(maxsize=None)
 def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, store=False):
     BV4 = BV // 4
@@ -1347,18 +1363,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, store=False
             # sequence's end are zero in both factors: a fixed trip count. The sum runs over t in order, as one row
             # per step did.
             for t8 in range(C // 8):
-                pk = O_A + K_OFF + 8 * t8 * KS + rg * 4
-                pv = O_V + 8 * t8 * VS + cg * 4
-                for e in range(8):
-                    x = ld4(sm, pk + e * KS)
-                    y = ld4(sm, pv + e * VS)
-                    for f in range(4):
-                        xa[4 * e + f] = x[f]
-                        ya[4 * e + f] = y[f]
-                for e in range(8):
-                    for i in range(4):
-                        for j in range(4):
-                            S[4 * i + j] += xa[4 * e + i] * ya[4 * e + j]
+                _p2_rows8(sm, S, xa, ya, O_A + K_OFF + 8 * t8 * KS + rg * 4, KS, O_V + 8 * t8 * VS + cg * 4, VS)
             cuda.syncthreads()  # before the next chunk is staged over this one
         if has_ht:
             for i in range(4):
@@ -1477,22 +1482,6 @@ def _rows_scaler(ROWS, COLS, NTH):
 
     dev = cuda.jit(device=True, inline="always")
     return J, dev(load_gates), dev(factors), dev(scale)
-
-
-@cuda.jit(device=True, inline="always")
-def _p2_rows8(sm, S, xa, ya, pk, ks, pv, vs):
-    """S[4 i + j] += sum_e K[e, i] V[e, j] over 8 rows e: K's at ``sm[pk + e ks + i]``, V's at ``sm[pv + e vs +
-    j]``; the 16 loads of 16 bytes before the 128 FMAs."""
-    for e in range(8):
-        x = ld4(sm, pk + e * ks)
-        y = ld4(sm, pv + e * vs)
-        for f in range(4):
-            xa[4 * e + f] = x[f]
-            ya[4 * e + f] = y[f]
-    for e in range(8):
-        for i in range(4):
-            for j in range(4):
-                S[4 * i + j] += xa[4 * e + i] * ya[4 * e + j]
 
 
 @functools.lru_cache(maxsize=None)
@@ -1621,7 +1610,7 @@ def _rows_copier(ROWS, COLS, NTH, scratch):
     shared memory while the thread computes, and :func:`linattn_numba.vec.cp_async_wait_one` / ``wait_all`` then a
     barrier make them visible. No registers hold the data and nothing is scaled. The source is a per-thread element
     offset stepped by the row stride (a 4-D index costs ~45 instructions per copy in address arithmetic). A whole
-    tile inside (``n >= ROWS`` and ``c0 + COLS <= lim``, the block agrees) is copied with no test per copy.
+    tile of rows inside (``n >= ROWS`` and ``c0 + COLS <= lim``, the block agrees) is copied with no test per copy.
     ``scratch``: ``x`` [BH, rows, n] (``copy(sm, off, stride, x, bh, r0, lim, c0, tid)``, rows r0 + t); else
     [B, T, H, n] (``copy(sm, off, stride, x, b, h, t0, n, lim, c0, tid)``: rows t >= n zero). Rows are
     contiguous (``vin``). Columns ``c0 + d >= lim`` are zero. Zero-filled copies read nothing (their source is
@@ -1635,19 +1624,12 @@ def _rows_copier(ROWS, COLS, NTH, scratch):
             d = 4 * (tid % QPR)
             tf = tid // QPR
             s1 = x.strides[1] // 4
-            if c0 + COLS <= lim:  # every column inside (the block agrees): no test per copy
-                src = bh * (x.strides[0] // 4) + (r0 + tf) * s1 + c0 + d
-                for j in range(J):
-                    t = tf + j * RSTEP
-                    if ROWS % RSTEP == 0 or t < ROWS:
-                        cp_async16_at(sm, off + t * stride + d, x, src + j * RSTEP * s1, 16)
-            else:
-                inside = c0 + d < lim
-                src = bh * (x.strides[0] // 4) + (r0 + tf) * s1 + (c0 + d if inside else 0)
-                for j in range(J):
-                    t = tf + j * RSTEP
-                    if ROWS % RSTEP == 0 or t < ROWS:
-                        cp_async16_at(sm, off + t * stride + d, x, src + j * RSTEP * s1, 16 if inside else 0)
+            inside = c0 + d < lim  # the same for all the thread's copies: no test per copy
+            src = bh * (x.strides[0] // 4) + (r0 + tf) * s1 + (c0 + d if inside else 0)
+            for j in range(J):
+                t = tf + j * RSTEP
+                if ROWS % RSTEP == 0 or t < ROWS:
+                    cp_async16_at(sm, off + t * stride + d, x, src + j * RSTEP * s1, 16 if inside else 0)
     else:
         def copy(sm, off, stride, x, b, h, t0, n, lim, c0, tid):
             d = 4 * (tid % QPR)
