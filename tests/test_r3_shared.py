@@ -116,6 +116,46 @@ def test_split_pipelines(monkeypatch, recurrence, T, C, K, V, with_h0):
         run(inp, C, with_h0, True)
 
 
+@pytest.mark.parametrize("recurrence,B,T,C,K,V", [
+    ("decay", 2, 150, 64, 64, 12), ("plain", 1, 45, 16, 40, 36), ("decay", 1, 1, 16, 8, 8)], ids=str)
+def test_split_deferred(recurrence, B, T, C, K, V):
+    """The split schedule with the start state deferred (r4's phases): the state kernel walks from zero, writes
+    every chunk's state, the log decays lg and the final state; a start state x given only after that gives, through
+    the output kernel (S_c = hs_c + exp(lg_c) x), the output of ``forward`` with h0 = x, and ht is the zero-start
+    walk's. x's rows past K (K = 40 in K' = 64) and value columns past V (two passes of 32 at V = 36) are skipped;
+    at C = 16 four slabs of S_c a pass land in the loop (the correction at each landing), at C = 64 two, and a
+    short last chunk (T = 150); B = 2 (x per sequence); T = 1."""
+    inp = make(B, T, 1, K, V, recurrence, seed=T + K)
+    H = 1
+    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+    o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32))
+    ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32))
+    x = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32))
+    assert r3.split_deferred_fits(d["q"], d["k"], d["v"], d["g"], None, o, C)
+    first, second = r3.split_deferred(d["q"], d["k"], d["v"], d["g"], o, ht, x, K**-0.5, C, tag=".test")
+    assert [n for n, _ in first] == (["gates"] if recurrence == "decay" else []) + ["state"]
+    assert [n for n, _ in second] == ["out"]
+    for _, launch in first:
+        launch()
+    x.copy_to_device(inp["h0"])  # the start state, known only now
+    for _, launch in second:
+        launch()
+    o_ref, _ = oracle(inp, True)
+    _, h_zero = oracle(inp, False)
+    assert rel_err(o.copy_to_host(), o_ref) <= TOL_FP32
+    assert rel_err(ht.copy_to_host(), h_zero) <= TOL_FP32
+    for n, a in inp.items():
+        if a is not None:
+            np.testing.assert_array_equal(d[n].copy_to_host(), a, err_msg=f"split_deferred modified input {n}")
+    bad = cuda.to_device(np.zeros((B, H, K, V + 1), np.float32))
+    with pytest.raises(ValueError, match="x must be"):
+        r3.split_deferred(d["q"], d["k"], d["v"], d["g"], o, ht, bad, 1.0, C)
+    o16 = cuda.to_device(np.zeros((B, T, H, V), np.float16))
+    assert not r3.split_deferred_fits(d["q"], d["k"], d["v"], d["g"], None, o16, C)
+    with pytest.raises(ValueError, match="cannot run here"):
+        r3.split_deferred(d["q"], d["k"], d["v"], d["g"], o16, ht, x, 1.0, C)
+
+
 def test_copy_by_element_offset():
     """The simulator's twin of ``vec.cp_async16_at`` (the pipelined kernels' copies): the element ``off`` places
     past a view's first element, for r4's segment views ([B, T, H, K] seen as [B n, L, H, K] with explicit

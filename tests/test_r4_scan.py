@@ -58,15 +58,17 @@ def check(inp, with_h0=True, with_ht=True, **kw):
     return o, ht
 
 
-@pytest.mark.parametrize("engine", ["tensor_cores", "shared"])
-def test_repeated_calls_allocate_nothing(engine, monkeypatch):
+@pytest.mark.parametrize("engine,recurrence", [("tensor_cores", "gated_delta"), ("shared", "gated_delta"),
+                                                ("shared", "decay")])
+def test_repeated_calls_allocate_nothing(engine, recurrence, monkeypatch):
     """After its first call, a forward with the same shapes allocates no device memory: r4's buffers and the
     engine's scratch are kept (``_common.scratch``), although the engine runs on a state of V + K columns in phase
-    1, on V in phase 3 and on a shorter tail segment in between. (Reallocating made every call wait for the GPU: freeing
-    synchronises.) Both calls still match the oracle."""
+    1, on V in phase 3 and on a shorter tail segment in between; for decay (phases 1 and 3 on r3's split schedule)
+    each group of segments keeps its own per-chunk states from phase 1 to phase 3. (Reallocating made every call
+    wait for the GPU: freeing synchronises.) Both calls still match the oracle."""
     if engine not in rungs.RUNGS:
         pytest.skip(f"rung {engine} not registered")
-    inp = make_inputs(1, 40, 1, 8, 12, "gated_delta", initial_state=True, seed=5)
+    inp = make_inputs(1, 40, 1, 8, 12, recurrence, initial_state=True, seed=5)
     o_ref, h_ref = oracle(inp)
     d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
     outs = []
@@ -103,16 +105,25 @@ for ri, rec in enumerate(RECS):
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("recurrence,shape,ns,scan,with_h0,with_ht", CASES)
 def test_matches_recurrent(recurrence, shape, ns, scan, with_h0, with_ht, engine):
+    """Phase 3 by default (r1 for the delta family; r3's split schedule, phase 1 included, for the additive family,
+    where the engine then runs nothing) with the first engine, on the engine itself with the others."""
     inp = make_inputs(*shape, recurrence, initial_state=True, seed=sum(shape) + ns)
-    check(inp, with_h0, with_ht, num_segments=ns, scan=scan, engine=engine)
+    kw = {"phase3": "engine"} if engine != ENGINES[0] and recurrence in ("plain", "decay") else {}
+    check(inp, with_h0, with_ht, num_segments=ns, scan=scan, engine=engine, **kw)
 
 
 @pytest.mark.parametrize("recurrence", RECS)
-@pytest.mark.parametrize("phase3", ["recurrent", "engine"])
+@pytest.mark.parametrize("phase3", ["recurrent", "engine", "split"])
 def test_phase3_rung(recurrence, phase3):
-    """Phase 3 on another rung than the engine (r1 ``recurrent``: outputs from the segments' start states) or on
-    the engine, asked for by name, with unequal segments and a tail (T = 37, 5 segments), K != V."""
+    """Phase 3 on another rung than the engine (r1 ``recurrent``: outputs from the segments' start states), on
+    the engine, or phases 1 and 3 on r3's split schedule (the additive family: its output kernel adds each
+    segment's decayed start state to the states stored by its zero-start walk), asked for by name, with unequal
+    segments and a tail (T = 37, 5 segments), K != V. "split" for the delta family is refused."""
     inp = make_inputs(1, 37, 2, 8, 12, recurrence, initial_state=True, seed=31)
+    if phase3 == "split" and recurrence in ("delta", "gated_delta"):
+        with pytest.raises(ValueError, match="additive family"):
+            run(inp, num_segments=5, phase3=phase3)
+        return
     check(inp, num_segments=5, phase3=phase3)
 
 
@@ -130,6 +141,25 @@ def test_phase3_default_and_fallback(monkeypatch):
         r4.phase3_module(r1.MAX_K + 8, 8, 16, True, eng, "recurrent")
     with pytest.raises(ValueError, match="phase3"):
         r4.phase3_module(8, 8, 16, True, eng, "naive")
+    monkeypatch.undo()
+    # the additive family's default: r3's split schedule where it fits, else r1 (no error unless asked for)
+    assert r4.PHASE3 == {False: r4.SPLIT, True: "recurrent"}
+    assert r4.phase3_module(8, 8, 16, False, eng) is r1
+    arrs = {}
+    for name, dtype, V in (("f32", np.float32, 8), ("f16", np.float16, 8), ("v6", np.float32, 6)):
+        inp = make_inputs(1, 20, 1, 8, V, "decay", dtype=dtype, seed=3)
+        arrs[name] = [cuda.to_device(inp[n]) for n in ("q", "k", "v", "g")] + [
+            cuda.to_device(np.zeros((1, 20, 1, V), np.float32))]
+    q, k, v, g, o = arrs["f32"]
+    assert r4._runs_split(q, k, v, g, None, o, 16)
+    assert not r4._runs_split(q, k, v, g, None, None, 16)  # state only: no phase 3
+    assert not r4._runs_split(q, k, v, g, g, o, 16)  # the delta family: r1
+    assert not r4._runs_split(q, k, v, g, None, o, 16, "recurrent")
+    for name in ("f16", "v6"):  # float16 inputs, rows of 6 floats: r1 by default, an error when asked for
+        q, k, v, g, o = arrs[name]
+        assert not r4._runs_split(q, k, v, g, None, o, 16)
+        with pytest.raises(ValueError, match="split"):
+            r4._runs_split(q, k, v, g, None, o, 16, r4.SPLIT)
 
 
 def test_plan_segments():
@@ -505,6 +535,7 @@ def test_gpu_tree_and_chain_match_the_oracle(recurrence, B, T, ns):
     for scan in ("tree", "chain"):
         o, ht = run(inp, C=64, num_segments=ns, scan=scan)
         assert rel_err(o, o_ref) <= 1e-4 and rel_err(ht, h_ref) <= 1e-4, scan
-    for phase3 in ("recurrent", "engine"):  # phase 3 on r1 (its cp.async staging on merged segment views)
+    # phase 3 on r1 (its cp.async staging on merged segment views), on the engine, on r3's split schedule
+    for phase3 in ("recurrent", "engine") + (("split",) if recurrence == "decay" else ()):
         o, ht = run(inp, C=64, num_segments=ns, phase3=phase3)
         assert rel_err(o, o_ref) <= 1e-4 and rel_err(ht, h_ref) <= 1e-4, phase3

@@ -1485,7 +1485,7 @@ def _rows_scaler(ROWS, COLS, NTH):
 
 
 @functools.lru_cache(maxsize=None)
-def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht):
+def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False):
     """The split schedule's state kernel: :func:`_state_kernel` in state-only mode with ``store`` (the additive
     family), its staging overlapped with its products. Chunk c + 1's rows of K and value tile are copied by
     ``cp.async`` (:func:`_rows_copier`) into the second of two buffers while chunk c's ``S <- gamma_C S + K^T
@@ -1496,7 +1496,11 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht):
 
     Thread map and the product as :func:`_state_kernel`'s P2 (S in registers, 4 x 4 tiles by :func:`_quad_map`).
     Every chunk's starting state S_c goes to ``hs[bh, c KP + row, column]`` (rows past K are zero). Sizes as
-    :func:`split_fits` asks (float32 with 16-byte rows, V a multiple of 4)."""
+    :func:`split_fits` asks (float32 with 16-byte rows, V a multiple of 4).
+
+    ``has_lg`` (with g; the deferred start state, :func:`split_deferred`): ``lg[bh, c]`` = the sum of g over the
+    sequence's tokens before chunk c, log of the decay that a start state has undergone when chunk c begins (a sum
+    of the chunks' b_last, which every thread has a chunk ahead anyway; one thread writes it)."""
     BV4 = BV // 4
     NTH = (KP // 4) * BV4
     WIDE = BV4 % 8 == 0
@@ -1507,7 +1511,7 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht):
     JV, gates_v, factors_v, scale_v = _rows_scaler(C, BV, NTH)
     JV1 = JV + 1
 
-    def split_state(k, v, bcum, h0, ht, hs):
+    def split_state(k, v, bcum, h0, ht, hs, lg):
         """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk."""
         T, H, K = k.shape[1], k.shape[2], k.shape[3]
         V = v.shape[3]
@@ -1524,6 +1528,7 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht):
         ya = cuda.local.array(32, float32)
         fj = cuda.local.array(JV, float32)
         bj = cuda.local.array(JV1, float32)  # the gates of the thread's value rows, loaded a chunk ahead
+        lsum = float32(0.0)  # has_lg: the log decay from the sequence start to this chunk's start
         for i in range(4):
             for j in range(4):
                 S[4 * i + j] = float32(0.0)
@@ -1551,6 +1556,10 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht):
             gc = float32(1.0)
             if has_g:
                 gc = math.exp(bj[JV])  # gamma_C
+                if has_lg:
+                    if tid == 0 and cuda.blockIdx.x == 0:
+                        lg[bh, c] = lsum
+                    lsum += bj[JV]
                 factors_v(bj, n, tid, fj)
                 if c + 1 < NC:
                     gates_v(bcum, bh, t0 + C, min(C, T - t0 - C), tid, bj)  # used by the next chunk
@@ -1653,6 +1662,39 @@ def _rows_copier(ROWS, COLS, NTH, scratch):
     return cuda.jit(device=True, inline="always")(copy)
 
 
+@functools.lru_cache(maxsize=None)
+def _rows_adder(ROWS, COLS, NTH):
+    """For the 16-byte pieces that :func:`_rows_copier` (same sizes, ``scratch``) has a thread copy: add
+    ``w x[b, h, r0 + t, c0 + d .. c0 + d + 3]`` to the thread's own 4 floats of row t in shared memory, for rows
+    r0 + t < ``rlim`` and columns c0 + d < ``clim`` (the others are left as they are: the copier zero-filled them).
+    Once its own copies have landed (``cp.async.wait_group``) a thread may rewrite them before the barrier that
+    publishes them, so the correction costs no barrier. All J loads of ``x`` are issued before the first add."""
+    QPR = COLS // 4
+    RSTEP = NTH // QPR
+    J = cdiv(ROWS, RSTEP)
+    J4 = 4 * J  # a local array's size must be a constant
+
+    def add(sm, off, stride, x, b, h, r0, rlim, c0, clim, w, tid):
+        d = 4 * (tid % QPR)
+        tf = tid // QPR
+        if c0 + d < clim:
+            xr = cuda.local.array(J4, float32)
+            for j in range(J):
+                r = r0 + tf + j * RSTEP
+                y = ld4(x, (b, h, min(r, rlim - 1), c0 + d))  # a valid row (rlim >= 1); unused past rlim
+                for e in range(4):
+                    xr[4 * j + e] = y[e]
+            for j in range(J):
+                t = tf + j * RSTEP
+                if (ROWS % RSTEP == 0 or t < ROWS) and r0 + t < rlim:
+                    p = off + t * stride + d
+                    z = ld4(sm, p)
+                    st4(sm, p, (z[0] + w * xr[4 * j], z[1] + w * xr[4 * j + 1], z[2] + w * xr[4 * j + 2],
+                                z[3] + w * xr[4 * j + 3]))
+
+    return cuda.jit(device=True, inline="always")(add)
+
+
 @cuda.jit(device=True, inline="always")
 def _mm_4x8_step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m):
     """Steps m .. m + 3 of :func:`_mm_4x8`."""
@@ -1689,7 +1731,7 @@ def _mm_4x8(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
 
 
 @functools.lru_cache(maxsize=None)
-def _out_kernel(C, KP, has_g):
+def _out_kernel(C, KP, has_g, has_x=False):
     """The split schedule's output, one chunk of one head per block (fla's ``chunk_fwd_o``), its copies overlapped
     with its products: ``O = scale (diag(gamma) Q S_c + Aqk V)`` with S_c the chunk's starting state, written by
     the state kernel (``store``) to ``hs``.
@@ -1701,6 +1743,13 @@ def _out_kernel(C, KP, has_g):
     slabs (``acc += Aqk[:, slab] V[slab, :]``, only up to the diagonal). While slab j is multiplied, slabs j + 1
     and j + 2 are in flight: one commit group each, ``wait_group 1`` then a barrier before slab j + 1 is read (and
     before slab j + 3 is issued over slab j's buffer).
+
+    ``has_x`` (the deferred start state, :func:`split_deferred`): hs holds the states of a walk from zero, and
+    S_c = hs_c + exp(lg_c) X with X = ``x[b, h]`` the sequence's start state (r4's segments, whose start states
+    are known only after every segment's walk) and lg_c the log decay before chunk c (``lg``; 0 without g): each
+    thread adds exp(lg_c) X to the pieces of S_c's slabs that it copied once they have landed
+    (:func:`_rows_adder`), before the barrier that publishes the slab. X is read from L2 (one [K, V] per head,
+    shared by the sequence's every chunk).
 
     Thread map: 4 x 8 accumulator tiles, tile (rr, cc) by :func:`_quad_map` (a warp: 4 tile rows x 8 tile
     columns). Rows ``4 rr + ((i + 2 ((rr >> 1) & 1)) & 3)``: the four rows a warp reads in one 128-bit load of A
@@ -1721,6 +1770,7 @@ def _out_kernel(C, KP, has_g):
     cp_rows = _rows_copier(C, KP, NTH, False)  # K, Q
     cp_val = _rows_copier(SR, CBW, NTH, False)  # a value slab
     cp_state = _rows_copier(SR, CBW, NTH, True)  # a slab of S_c's rows from hs
+    add_x = _rows_adder(SR, CBW, NTH)  # has_x: exp(lg_c) X added to the thread's own pieces of a slab of S_c
 
     @cuda.jit(device=True, inline="always")
     def buf(j):
@@ -1737,7 +1787,7 @@ def _out_kernel(C, KP, has_g):
             sv = (s - NSS) * SR
             cp_val(sm, buf(j), CBW, v, b, h, t0 + sv, n - sv, V, p * CBW, tid)
 
-    def out(q, k, v, bcum, hs, o, scale):
+    def out(q, k, v, bcum, hs, o, scale, x, lg):
         """Chunk x of head y: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
         T, H, K = q.shape[1], q.shape[2], q.shape[3]
         V = v.shape[3]
@@ -1761,6 +1811,11 @@ def _out_kernel(C, KP, has_g):
         cuda.syncthreads()  # K's and Q's rows and b in place
         _scores(sm, O_R, O_Q, O_AQK, O_AQK, O_B, O_B, KS, CS, C4, KP, tid, has_g, False, True)
         cp_async_wait_all()
+        w = float32(1.0)
+        if has_x:
+            if has_g:
+                w = math.exp(lg[bh, c])  # the decay since the sequence start: <= 1
+            add_x(sm, buf(0), CBW, x, b, h, 0, K, 0, V, w, tid)  # slab 0: S_c's first SR rows, pass 0
         cuda.syncthreads()  # Aqk complete, slab 0 in place; K's rows are read: X1, X2 take slabs 1, 2
         for j in range(1, 3):
             if j < NSL:
@@ -1805,6 +1860,10 @@ def _out_kernel(C, KP, has_g):
                         acc[e] = float32(0.0)  # per slab there, 3 % of the kernel's instructions)
             if j + 1 < NSL:
                 cp_async_wait_one()
+                if has_x:
+                    s1 = (j + 1) % NSP
+                    if s1 < NSS:
+                        add_x(sm, buf(j + 1), CBW, x, b, h, s1 * SR, K, ((j + 1) // NSP) * CBW, V, w, tid)
                 cuda.syncthreads()  # slab j + 1 in place for all; slab j is read: its buffer takes slab j + 3
                 if j + 3 < NSL:
                     issue(sm, v, hs, b, h, bh, c, t0, n, V, j + 3, tid)
@@ -1959,17 +2018,20 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     return todo
 
 
-def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv):
+def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None, tag=""):
     """The split schedule's launches (``launches`` checked that it fits): gates (with g), the state kernel in
-    state-only mode storing S_c to ``hs`` (value tile ``bv`` or :data:`SPLIT_BV`), the output kernel."""
+    state-only mode storing S_c to ``hs`` (value tile ``bv`` or :data:`SPLIT_BV`), the output kernel. With ``x``
+    (:func:`split_deferred`: ``h0`` is None) the state kernel also stores the log decays ``lg`` and the output
+    kernel adds exp(lg_c) x to every S_c. ``tag`` names the scratch buffers (r4 keeps several sets alive)."""
     B, T, H, K = q.shape
     V = v.shape[3]
     BH = B * H
-    has_g = g is not None
+    has_g, has_x = g is not None, x is not None
     f4 = np.dtype(np.float32).itemsize
     BV = value_tile(C, KP, V, SPLIT_BV if bv is None else bv)
-    bcum = _scratch("bcum", (BH, NC * C), stream) if has_g else or_dummy(None, 2)
-    hs = _scratch("hs", (BH, NC * KP, V), stream)
+    bcum = _scratch("bcum" + tag, (BH, NC * C), stream) if has_g else or_dummy(None, 2)
+    hs = _scratch("hs" + tag, (BH, NC * KP, V), stream)
+    lg = _scratch("lg" + tag, (BH, NC), stream) if has_g and has_x else or_dummy(None, 2)
     d3 = or_dummy(None, 3)
     todo = []
     if has_g:
@@ -1978,10 +2040,10 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv):
                                               (g, bcum))))
     if STATE_KERNEL not in STATE_KERNELS:
         raise ValueError(f"rung {NAME!r}: STATE_KERNEL must be one of {STATE_KERNELS}, got {STATE_KERNEL!r}")
-    if STATE_KERNEL == "pipelined":
+    if STATE_KERNEL == "pipelined" or has_x:  # only the pipelined kernel writes lg
         smem_s = _split_state_layout(C, KP, BV)[-1] * f4
-        kern_s = _split_state_kernel(C, KP, BV, has_g, h0 is not None, ht is not None)
-        args_s = (k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs)
+        kern_s = _split_state_kernel(C, KP, BV, has_g, h0 is not None, ht is not None, has_g and has_x)
+        args_s = (k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, lg)
     else:
         smem_s = _state_layout(C, KP, BV)[-1] * f4
         kern_s = _state_kernel(C, KP, BV, has_g, False, False, h0 is not None, ht is not None, True, True)
@@ -1990,10 +2052,51 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv):
     todo.append(("state", lambda: _launch(kern_s, (cdiv(V, BV), BH), (KP // 4) * (BV // 4), smem_s, stream,
                                           args_s)))
     smem_o = _out_layout(C, KP)[-1] * f4
-    kern_o = _out_kernel(C, KP, has_g)
-    args_o = (q, k, v, bcum, hs, o, np.float32(scale))
+    kern_o = _out_kernel(C, KP, has_g, has_x)
+    args_o = (q, k, v, bcum, hs, o, np.float32(scale), or_dummy(x, 4), lg)
     todo.append(("out", lambda: _launch(kern_o, (NC, BH), (C // 4) ** 2, smem_o, stream, args_o)))
     return todo
+
+
+def split_deferred_fits(q, k, v, g, beta, o, chunk_size) -> bool:
+    """Whether :func:`split_deferred` can run on these arrays (the split schedule's conditions: the additive
+    family, float32 with 16-byte aligned rows, the copy maps' sizes, ``hs`` at most :data:`SPLIT_MAX_BYTES`)."""
+    B, T, H, K = q.shape
+    V = v.shape[3]
+    C = DEFAULT_CHUNK if chunk_size is None else int(chunk_size)
+    return (C in CHUNK_SIZES and K <= MAX_K and T > 0 and o is not None
+            and split_fits(K, V, C, beta is not None, True, _rows_aligned(q, k, v) and _rows_aligned(o))
+            and split_bytes(B, T, H, K, V, C) <= SPLIT_MAX_BYTES)
+
+
+def split_deferred(q, k, v, g, o, ht, x, scale, chunk_size, stream=0, bv=None, tag=""):
+    """The split schedule with the start state deferred to the output kernel: ``(first, second)``, lists of
+    ``(kernel name, launch)``. ``first`` (gates, then the state kernel walking every sequence from a zero start,
+    storing each chunk's state to ``hs``, the log decays before each chunk to ``lg`` and the final state to ``ht``
+    if given) can run before ``x`` [B, H, K, V] holds the sequences' true start states; ``second`` (the output
+    kernel) then writes ``o`` [B, T, H, V] from S_c = hs_c + exp(lg_c) x. Since the recurrence is linear in the
+    state, that is :func:`forward` with ``h0 = x``, apart from ``ht`` (the zero-start walk's final state).
+
+    r4 ``scan`` runs ``first`` on every segment, its scan over the segments' final states, then ``second``: one
+    state walk in all, where a phase 3 that recomputes from the start states walks again. ``tag`` names the
+    scratch buffers: the two lists share them, so launches of another call with the same tag must not come in
+    between. Raises ValueError where :func:`split_deferred_fits` is false."""
+    B, T, H, K = q.shape
+    V = v.shape[3]
+    C = DEFAULT_CHUNK if chunk_size is None else int(chunk_size)
+    if g is not None and g.shape != (B, T, H):
+        raise ValueError(f"rung {NAME!r}: g must be [B, T, H] = {(B, T, H)}, got {tuple(g.shape)}")
+    if tuple(x.shape) != (B, H, K, V) or not _rows_aligned(x):
+        raise ValueError(f"rung {NAME!r}: x must be float32 [B, H, K, V] = {(B, H, K, V)} with 16-byte aligned "
+                         f"rows, got {x.dtype} {tuple(x.shape)}")
+    if ht is not None and tuple(ht.shape) != (B, H, K, V):
+        raise ValueError(f"rung {NAME!r}: ht must be [B, H, K, V] = {(B, H, K, V)}, got {tuple(ht.shape)}")
+    if not split_deferred_fits(q, k, v, g, None, o, C):
+        raise ValueError(f"rung {NAME!r}: the split schedule cannot run here (split_deferred_fits: float32 inputs "
+                         f"and output with 16-byte aligned rows, K' = {padded_k(K)} and C = {C} whole rows per "
+                         f"copy, hs at most {SPLIT_MAX_BYTES} bytes)")
+    todo = _split_launches(q, k, v, g, o, None, ht, scale, C, padded_k(K), cdiv(T, C), stream, bv, x, tag)
+    return todo[:-1], todo[-1:]
 
 
 def compile_targets():
@@ -2034,7 +2137,13 @@ def compile_targets():
                                                                True, True).py_func,
                            (x4, x4, x4, s2, s3, s3, s3, s3, a4, a4, s4, f32, s3))
                     yield (f"split_state[{rec}]", _split_state_kernel(C, KP, SPLIT_BV, has_g, True, True).py_func,
-                           (x4, x4, s2, a4, a4, s3))
-                    yield (f"out[{rec}]", _out_kernel(C, KP, has_g).py_func, (x4, x4, x4, s2, s3, a4, f32))
+                           (x4, x4, s2, a4, a4, s3, s2))
+                    yield (f"out[{rec}]", _out_kernel(C, KP, has_g).py_func, (x4, x4, x4, s2, s3, a4, f32, s4, s2))
+                    # the deferred start state (split_deferred, r4's phases): lg written, x added
+                    yield (f"split_state[{rec},lg]", _split_state_kernel(C, KP, SPLIT_BV, has_g, False, True,
+                                                                          has_g).py_func,
+                           (x4, x4, s2, s4, a4, s3, s2))
+                    yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True).py_func,
+                           (x4, x4, x4, s2, s3, a4, f32, a4, s2))
     yield ("gates[float32]", _gates_kernel(C).py_func, (array_type(np.float32, 3), s2))
     yield ("gates[float16]", _gates_kernel(C).py_func, (array_type(np.float16, 3), s2))

@@ -227,8 +227,12 @@ ENGINE = None  # an override of the default engine (a name from ENGINES), like N
 # on per family (False: additive, True: delta family); None: the engine itself. r1 for both: at the long-context
 # shapes it beat r6's phase 3 (decay 9.42 against 9.75 ms in total, gated delta 9.36 against 10.98 ms:
 # figures/data/probes/h200_r4_phase3_4f30af1.json); it falls back to the engine above K = 128.
+# "split" (the additive family only): phase 1 is r3's split state kernel walking every segment from zero and storing
+# every chunk's state, phase 3 r3's output kernel from those states plus the decayed start state of the segment
+# (r3.split_deferred): one walk, not two. Where it cannot run (r3.split_deferred_fits) phase 3 is r1's.
 PHASE3_RUNGS = ("recurrent",) + ENGINES
-PHASE3 = {False: "recurrent", True: "recurrent"}
+SPLIT = "split"
+PHASE3 = {False: SPLIT, True: "recurrent"}
 
 # Overrides of the cost model, for tests and experiments: None lets the model choose.
 NUM_SEGMENTS = None
@@ -686,10 +690,12 @@ def phase3_module(K, V, chunk_size, delta, eng, name=None):
 
     asked = name is not None
     name = PHASE3[bool(delta)] if name is None else name
+    if name == SPLIT:  # where forward runs it (_runs_split) phase 3 is r3's output kernel; elsewhere r1 does it
+        name, asked = "recurrent", False
     if name is None or name == "engine" or name == eng.NAME:
         return eng
     if name not in PHASE3_RUNGS or name not in RUNGS:
-        raise ValueError(f"rung {NAME!r}: phase3 must be one of {PHASE3_RUNGS} or 'engine', got {name!r}")
+        raise ValueError(f"rung {NAME!r}: phase3 must be one of {PHASE3_RUNGS + (SPLIT,)} or 'engine', got {name!r}")
     mod = module(name)
     if _fits(mod, K, V, chunk_size):
         return mod
@@ -697,6 +703,23 @@ def phase3_module(K, V, chunk_size, delta, eng, name=None):
         raise ValueError(f"rung {NAME!r}: phase3 rung {name!r} does not support K={K}, V={V}, "
                          f"chunk_size={chunk_size}")
     return eng
+
+
+def _runs_split(q, k, v, g, beta, o, chunk_size, name=None):
+    """Whether phases 1 and 3 are r3's split schedule with the start state deferred (:data:`SPLIT`): asked for
+    (``name``, else :data:`PHASE3` for the family), the additive family with an output, r3 registered, and
+    ``r3.split_deferred_fits``. Asked for by name where it cannot run: ValueError."""
+    from . import RUNGS, module
+
+    delta = beta is not None
+    asked = name == SPLIT
+    if (PHASE3[delta] if name is None else name) != SPLIT or o is None or q.shape[1] == 0:
+        return False
+    ok = not delta and "shared" in RUNGS and module("shared").split_deferred_fits(q, k, v, g, beta, o, chunk_size)
+    if asked and not ok:
+        raise ValueError(f"rung {NAME!r}: phase3={SPLIT!r} needs the additive family and r3's split schedule "
+                         f"(float32 with 16-byte aligned rows, r3.split_deferred_fits)")
+    return ok
 
 
 @functools.lru_cache(maxsize=None)
@@ -834,8 +857,9 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
     Keyword extensions: ``num_segments`` (default :data:`NUM_SEGMENTS`, else :func:`choose_num_segments`),
     ``scan`` ("tree" / "chain"; default :data:`SCAN`, else :func:`choose_scan`), ``engine`` (a rung name from
     :data:`ENGINES`; default :data:`ENGINE`, else the first registered of :data:`DEFAULT_ENGINES` that fits),
-    ``phase3`` (the rung of phase 3, from :data:`PHASE3_RUNGS`, or "engine"; default :data:`PHASE3` for the
-    recurrence's family, the engine where that rung does not fit K, V).
+    ``phase3`` (the rung of phase 3, from :data:`PHASE3_RUNGS`, or "engine", or "split" for phases 1 and 3 on
+    r3's split schedule, the additive family only; default :data:`PHASE3` for the recurrence's family, r1 where
+    "split" cannot run, the engine where r1 does not fit K, V).
     ``o=None`` computes only ``ht`` (phase 3 is skipped). With one segment this is the engine's ``forward``.
     ``h0`` and ``ht`` may be the same array.
     """
@@ -853,8 +877,11 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
                                      or num_segments < 1):
         raise ValueError(f"rung {NAME!r}: num_segments must be a positive integer, got {num_segments!r}")
     C = int(chunk_size)
+    from . import module
+
     eng = engine_module(K, V, C, engine)
     eng3 = phase3_module(K, V, C, beta is not None, eng, phase3)
+    split = _runs_split(q, k, v, g, beta, o, C, phase3)
     if num_segments is None:
         num_segments = choose_num_segments(B, T, H, K, V, C, beta is not None)
     NS, L = plan_segments(T, C, num_segments)
@@ -867,6 +894,7 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
 
     # phase 1: every segment's local final state (and, delta rule, its transition M), all at once
     p = scratch("r4.p", (B, NS, H, K, W), stream)
+    x = scratch("r4.x", (B, NS, H, K, V), stream)
     m = None
     if delta:
         init = scratch("r4.init", (B, NS, H, K, W), stream)
@@ -881,18 +909,32 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
             m = scratch("r4.m", (B, NS, H), stream)
             _segsum_kernel()[(NS, B * H), SEGSUM_THREADS, stream](g, m, L)
 
+    later = []  # split: each group's output launch, run in phase 3 (its own scratch, tagged by group)
+
     def phase1(qs, ks, vs, gs, bs, h0s, hts):
         eng.forward(qs, ks, vs, gs, bs, None, h0s, hts, scale, C, stream)
 
-    _run_segments(phase1, B, T, L, [q, k, v1, g, beta], [h01, p])
+    def phase1_split(qs, ks, vs, gs, os_, hts, xs):
+        first, second = module("shared").split_deferred(qs, ks, vs, gs, os_, hts, xs, scale, C, stream,
+                                                        tag=f".r4.{len(later)}")
+        for _, launch in first:
+            launch()
+        later.extend(second)
+
+    if split:
+        _run_segments(phase1_split, B, T, L, [q, k, v, g, o], [p, x])
+    else:
+        _run_segments(phase1, B, T, L, [q, k, v1, g, beta], [h01, p])
 
     # phase 2: the start state of every segment, and ht
-    x = scratch("r4.x", (B, NS, H, K, V), stream)
     kind = scan if scan is not None else choose_scan(B, H, K, V, NS, delta)
     _scan(p, m, h0, x, ht, kind, delta, has_g, stream)
 
     # phase 3: every segment's outputs from its true start state
-    if o is not None:
+    if split:
+        for _, launch in later:
+            launch()
+    elif o is not None:
         def run3(qs, ks, vs, gs, bs, os_, xs):
             eng3.forward(qs, ks, vs, gs, bs, os_, xs, None, scale, C, stream)
 
