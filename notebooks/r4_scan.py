@@ -58,7 +58,8 @@ print("rung", r4.NAME, "| engines", r4.ENGINES, "| default, in order of preferen
       "| scans", r4.SCAN_KINDS)
 print("default engine at K = V = 128, chunk 64:", r4.engine_module(128, 128, 64).NAME,
       "| at chunk 128 (not one of r3's sizes):", r4.engine_module(128, 128, 128).NAME)
-print("phase 3's rung (additive, delta family; None: the engine):", r4.PHASE3[False], ",", r4.PHASE3[True])
+print("phase 3's rung (additive, delta family; 'split': phases 1 and 3 on r3's split schedule; None: the engine):",
+      r4.PHASE3[False], ",", r4.PHASE3[True])
 
 DOC = r4.__doc__
 
@@ -150,9 +151,13 @@ print(f"the delta rule's M is a contraction: spectral norms {np.linalg.norm(M0, 
 # with a state `K` columns wider and treat `U` as zero past `v`'s columns (`r3_shared.wide_state_columns`), which
 # saves the copy `[v | 0]` and half of the intra kernel's `U` (the long gated delta shape: 8.37 -> 7.11 ms on the
 # H200 at the same segment count, `figures/data/probes/h200_r4_wide_ebe502c.json`). Phase 3 needs no `M` at all:
-# it is an ordinary forward from known start states, so any rung can run it; by default r4 hands it to r1
-# `recurrent` (`r4.PHASE3`, printed at the top; "Phase 3 on r1" in the module docstring has the measurement). The
-# docstring's summary:
+# it is an ordinary forward from known start states, so any rung can run it; for the delta family r4 hands it to
+# r1 `recurrent` (`r4.PHASE3`, printed at the top; "Phase 3 on r1" in the module docstring has the measurement).
+# For the additive family the transition is a scalar, so even that second walk can go: phase 1 runs r3's split
+# schedule from zero and keeps every chunk's state `H_c`, and phase 3 is r3's output kernel alone, with the
+# chunk's true state `H_c + exp(lg_c) X_i` (`lg_c`: the sum of `g` in the segment before chunk `c`) formed as
+# its slabs land in shared memory ("Phases 1 and 3 on r3's split schedule" in the docstring). The docstring's
+# summary:
 
 # %%
 show_doc(doc_between("What changed and why", "The three phases::"))
@@ -301,6 +306,8 @@ show_doc(doc_between("Bytes and FLOPs per token-head", "Cost model."))
 # docstring, "Bytes and FLOPs", and notebook `r3_shared`, section 5: the score tiles whole, the triangular
 # products up to the diagonal, `(C + 4) / 2` terms on average). In state-only mode (phase 1) r3 skips the scores
 # `A_qk`, `Q'`, `U''` and every output product. The tree's combines are spread over the tokens of a sequence.
+# For the additive family (`r4.PHASE3` "split") phase 3 is r3's output kernel alone: the state update happens
+# once, in phase 1, and r4 executes the engine's FLOPs plus the scan's.
 
 # %%
 def r3_flops(delta, out, K, V, C):
@@ -336,8 +343,9 @@ for shape in ((1, 262144, 2, Kf, Vf), (1, 1048576, 2, Kf, Vf)):
         # phase 1 on V + K state columns; U = A diag(beta) V only on v's V (the wide state: no [v | 0])
         p1 = r3_flops(delta, False, Kf, Vf + Kf if delta else Vf, Cf) - ((Cf + 4) * Kf if delta else 0)
         p2 = tree_flops_per_token(shape[1], Kf, Vf, ns) if delta else 0.0
+        p3 = engine if delta or r4.PHASE3[False] != r4.SPLIT else engine - p1  # split: the output kernel only
         rows.append(f"| {figures.shape_str(shape)} | {rec} | {ns} | {engine / 1e3:.0f} k | {p1 / 1e3:.0f} k | "
-                    f"{p2 / 1e3:.1f} k | {engine / 1e3:.0f} k | {(p1 + p2 + engine) / engine:.2f}× |")
+                    f"{p2 / 1e3:.1f} k | {p3 / 1e3:.0f} k | {(p1 + p2 + p3) / engine:.2f}× |")
 display(Markdown("| shape | recurrence | NS | engine alone | phase 1 | phase 2 (tree) | phase 3 | r4 / engine |\n"
                  "|---|---|--:|--:|--:|--:|--:|--:|\n" + "\n".join(rows)))
 
@@ -554,9 +562,11 @@ show_doc(doc_between("Where the time goes:", "Numerics:"))
 #   from the probe above and move with the GPU -- and with the engine: `ENGINE_BV` and `RESIDENT_*` describe r2's
 #   state kernel, while r3's walkers are `BV_TABLE`-wide, 512-thread blocks, one per SM.
 # * Everything inside a segment is the engine: r4 is as fast per token as the rung under it, and its default
-#   engine is the fastest chunked rung, r6 `tensor_cores` (the bars above). What is left is the engine's: for
-#   decay, phase 3 (r6's split-schedule output kernel, the largest kernel of r6's decay forward); for the gated
-#   delta rule, phase 1 (the WY intra kernel and the state pass on `V + K` columns). **r5 `warp_roles`** shows one
+#   engine is the fastest chunked rung, r6 `tensor_cores` (the bars above); for the additive family both phases
+#   are r3's split schedule, one walk in all. What is left is the kernels': for decay, r3's split-schedule output
+#   and state kernels at ~42 % of the fp32 FMA peak (four times their standard-shape time: fla's TF32 tensor-core
+#   kernels are faster per token); for the gated delta rule, phase 1 (the WY intra kernel and the state pass on
+#   `V + K` columns). **r5 `warp_roles`** shows one
 #   way to attack such kernels: producer warps stream the next chunk into one half of a double buffer
 #   (`cp.async`) while consumer warps compute on the other half.
 #

@@ -242,6 +242,21 @@ def test_one_segment_is_the_engine(monkeypatch):
     assert calls == [((1, 20, 2, 8), False)]
 
 
+def test_one_segment_additive_is_r3(monkeypatch):
+    """NS = 1 for the additive family, where phases 1 and 3 would be r3's split schedule: one r3 forward (at the
+    standard shape r3 beats the default engine r6 there), none of the engine's; r1 would not be called either."""
+    from linattn_numba.rungs import r3_shared as r3
+
+    r3_calls = []
+    real = r3.forward
+    monkeypatch.setattr(r3, "forward", lambda q, *a, **kw: r3_calls.append(q.shape) or real(q, *a, **kw))
+    eng_calls = []
+    eng = r4.engine_module(8, 8, 16)
+    monkeypatch.setattr(eng, "forward", lambda *a, **kw: eng_calls.append(1))
+    check(make_inputs(1, 20, 2, 8, 8, "decay", initial_state=True, seed=14), num_segments=1)
+    assert r3_calls == [(1, 20, 2, 8)] and eng_calls == []
+
+
 def test_strided_inputs():
     """Non-contiguous q, k, v, g, beta, h0 (every other block of the last axis), B = 2: the segment views
     keep the inner strides."""

@@ -46,11 +46,14 @@ def main(argv=None) -> int:
             # r1 stages its tiles two ways (cp.async double buffer, or through registers), r5 hands its stages
             # over two ways (FULL / EMPTY pairs, or one meeting of the whole block per chunk): both are checked.
             # r4 is tagged with the engine rung of its phase 1 (r6 unless --engine names another) and the rung of
-            # its phase 3
+            # its phase 3 (or "shared/split": both phases on r3's split schedule, the additive family's default)
             if r == "scan":
                 eng = mod.engine_module(K, V, a.chunk, a.engine)
                 p3 = mod.phase3_module(K, V, a.chunk, inp["beta"] is not None, eng)
-                variants = [(f"{eng.NAME}/{p3.NAME}", {"num_segments": a.segments, "scan": a.scan, "engine": a.engine})]
+                tag = f"{eng.NAME}/{p3.NAME}"
+                if mod._runs_split(d["q"], d["k"], d["v"], d["g"], d["beta"], d["v"], a.chunk):
+                    tag = "shared/split"  # d["v"] stands in for o: same shape and layout
+                variants = [(tag, {"num_segments": a.segments, "scan": a.scan, "engine": a.engine})]
             elif r == "recurrent":
                 variants = [("async", {"asy": True}), ("registers", {"asy": False})]
             elif r == "warp_roles":

@@ -329,6 +329,13 @@ copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYT
 family (whose P1 ``W S`` feeds the state), the fused schedule runs. compute-sanitizer's memcheck, racecheck and
 synccheck: ``figures/data/h200_sanitize_par_*.txt`` (the README's list).
 
+The start state deferred (:func:`split_deferred`, for r4 ``scan``): the state kernel can walk from zero while the
+true start state X is not yet known, writing besides every chunk's state H_c the log decay lg_c before the chunk
+(one float per chunk); the output kernel, launched once X is known, uses S_c = H_c + exp(lg_c) X, each thread
+adding exp(lg_c) X to the pieces of S_c's slabs that it copied (:func:`_rows_adder`). r4 runs the state kernel on
+all its segments at once, its scan over their final states, then the output kernel: one walk of the sequence
+(r4's docstring has the measurement).
+
 Numerics: every product accumulates in float32; float16 inputs are converted on load; every exponent is a
 difference of in-chunk cumulative log-gates b_t - b_s <= 0 (gamma_t = exp(b_t), gamma_C / gamma_t =
 exp(b_C - b_t), Gamma_ts = exp(b_t - b_s) masked to s <= t before the exponential), so nothing overflows for any

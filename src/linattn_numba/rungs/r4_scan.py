@@ -10,8 +10,11 @@ What changed and why
     map in parallel, combines the maps in a scan, and runs every segment again from its true start state.
     Phase 1 is the "engine" rung's own ``forward`` on segment views (rung ``tensor_cores`` when it is
     registered and fits, else ``shared``, else ``chunked``; any of :data:`ENGINES` when asked for), and phase 3
-    another rung's or the engine's (:data:`PHASE3`: r1 ``recurrent`` by default, "Phase 3 on r1" below): r4
-    adds only the scan's kernels and the bookkeeping.
+    another rung's or the engine's (:data:`PHASE3`: r1 ``recurrent`` by default for the delta family, "Phase 3
+    on r1" below): r4 adds only the scan's kernels and the bookkeeping. The additive family's default is r3's
+    split schedule for both phases ("Phases 1 and 3 on r3's split schedule" below): phase 1 stores every
+    chunk's state of a zero-start walk, and phase 3 is only r3's output kernel, which adds the segment's decayed
+    start state to those states -- the sequence is walked once, not twice.
 
 The three phases::
 
@@ -157,8 +160,8 @@ counts r1 runs B H NS ceil(V / 64) blocks of up to L tokens (528 blocks of up to
 to 4,032 for gated delta). Measured (H200, the same shapes, oracle-checked on two heads, fla in the same process,
 ``figures/data/probes/h200_r4_phase3_4f30af1.json``): decay 9.42 ms against 9.75 ms with r6's phase 3 and fla's
 10.53 ms; gated delta 9.36 ms against 10.98 ms and fla's 14.14 ms (1.51x). Phases 1 and 2 alone took 2.78 and 6.58
-ms, so phase 3 on r1 is ~6.6 and ~2.8 ms. Hence :data:`PHASE3` is r1 for both families; the 2x over fla is still not
-reached, and for the delta family phase 1 (r6's WY intra kernel and its state pass on V + K columns) is now two
+ms, so phase 3 on r1 is ~6.6 and ~2.8 ms. Hence :data:`PHASE3` became r1 for both families (for the additive
+family it is now r3's split schedule, below); the 2x over fla is still not reached, and for the delta family phase 1 (r6's WY intra kernel and its state pass on V + K columns) is now two
 thirds of the time. The bench at 153e34f (``figures/data/probes/h200_long_decay_153e34f.json``,
 ``probes/h200_long_gdn_153e34f.json``) agrees: decay 9.44 ms against fla's 10.53 (1.12x), gated delta 9.37 ms
 against 14.25 (1.52x). With r3's faster intra kernel (the WY inverse in partial sums; r3's docstring) gated delta
@@ -181,7 +184,31 @@ each of those counts left a long last segment (6,144 tokens at 33) that runs alo
 (67e1559, 32 equal segments), the bench (``figures/data/h200_long_gdn_67e1559.json``, the README's row): 6.55 ms
 against fla's 14.22 (2.17x) and r3's 64.79 (9.9x), 80 M token-heads/s. Decay at the new count (128 equal
 segments, ``probes/h200_r4_decay_ns128_67e1559.json``): 9.17 ms against fla's 10.46 (1.14x), phases 1 and 2
-alone 2.51 ms: phase 3 on r1 (~6.7 ms for 2 M token-heads) is what keeps decay from 2x.
+alone 2.51 ms: phase 3 on r1 (~6.7 ms for 2 M token-heads) is what kept decay from 2x (next paragraph but one).
+
+Phases 1 and 3 on r3's split schedule (the additive family's default since 3538980, :data:`SPLIT`). Phase 3 on
+r1 or on an engine walks every segment a second time from its true start state X_i. For the additive family that
+walk is not needed: the recurrence is linear in the state and the transition a scalar, so a chunk's true starting
+state is S_c = H_c + exp(lg_c) X_i, where H_c is the state of the segment's walk from zero at chunk c and lg_c
+the sum of g over the segment's tokens before it. Phase 1 is therefore r3's split-schedule state kernel on the
+segment views (``r3.split_deferred``): from zero, storing every H_c (the ``hs`` buffer of r3's split schedule,
+B H NT K V floats: 2 GiB at B1 T1048576 H2 K=V=128) and lg_c, with the segment's final state going to P as
+before; phase 2 is unchanged (X_i from the chain); phase 3 is r3's output kernel alone, whose threads add
+exp(lg_c) X_i to the slabs of H_c that they copied once those have landed, before the barrier that publishes
+them (no extra barrier; X_i is one K x V per segment-head, read from L2). Each group of segments (the equal ones,
+the tail, or one batch element at a time) keeps its own ``hs`` from phase 1 to phase 3 (scratch tagged by group).
+With one segment (the standard shape) r4 is then r3's forward, which is faster there than the default engine r6
+for the additive family (README's table). Where r3's split schedule cannot run (float16, rows that 128-bit copies
+cannot take: ``r3.split_deferred_fits``) phase 3 stays on r1.
+
+Measured (H200, B1 T1048576 H2 K=V=128, decay, fp32, oracle-checked on two heads, fla in the same process,
+``figures/data/probes/h200_r4_split_3538980.json``, ``tools/r4_engine_probe.py --phase3 split,recurrent
+--ns-factors 1,1.04,2``): 6.49 ms against 9.09 ms with phase 3 on r1 and fla ``chunk_simple_gla``'s 10.54 ms
+(1.63x; 1.16x before), at the model's 128 segments; 133 and 256 segments 6.51 / 6.52 ms. That is about four
+times r3's split kernels at the standard shape (state 0.60 + output 0.92 ms for a quarter of the token-heads,
+``probes/h200_tune_r3_gates_bf141f5.json``) plus the scan: r4 now runs at the engine's full-GPU rate, and the 2x
+over fla needs r3's split kernels about 20 % faster (they run at ~42 % of the fp32 FMA peak; fla's run on TF32
+tensor cores).
 
 Numerics: everything float32. The affine maps are exact algebra (no approximation); the only difference from
 a single pass is the order of float32 sums (the scan composes products of up to NS maps), well inside the
@@ -229,7 +256,8 @@ ENGINE = None  # an override of the default engine (a name from ENGINES), like N
 # figures/data/probes/h200_r4_phase3_4f30af1.json); it falls back to the engine above K = 128.
 # "split" (the additive family only): phase 1 is r3's split state kernel walking every segment from zero and storing
 # every chunk's state, phase 3 r3's output kernel from those states plus the decayed start state of the segment
-# (r3.split_deferred): one walk, not two. Where it cannot run (r3.split_deferred_fits) phase 3 is r1's.
+# (r3.split_deferred): one walk, not two. Where it cannot run (r3.split_deferred_fits) phase 3 is r1's. Decay at
+# B1 T1048576 H2: 6.49 ms against 9.09 with phase 3 on r1 (figures/data/probes/h200_r4_split_3538980.json).
 PHASE3_RUNGS = ("recurrent",) + ENGINES
 SPLIT = "split"
 PHASE3 = {False: SPLIT, True: "recurrent"}
@@ -886,8 +914,9 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
         num_segments = choose_num_segments(B, T, H, K, V, C, beta is not None)
     NS, L = plan_segments(T, C, num_segments)
     if NS == 1 or B * H * K * V == 0 or (o is None and ht is None):
-        if o is not None or ht is not None:
-            eng.forward(q, k, v, g, beta, o, h0, ht, scale, C, stream)
+        if o is not None or ht is not None:  # one segment: a plain forward, by r3 (its split schedule) where
+            # phases 1 and 3 would be r3's (at the standard shape r3 beats r6 for the additive family), else the engine
+            (module("shared") if split else eng).forward(q, k, v, g, beta, o, h0, ht, scale, C, stream)
         return
     has_g, delta = g is not None, beta is not None
     W = V + K if delta else V
