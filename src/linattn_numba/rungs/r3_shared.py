@@ -822,14 +822,26 @@ def _scores(sm, O_K, O_Q, O_AQK, O_LA, O_B, O_BETA, KS, CS, C4, KP, tid, has_g, 
         t = tr + C4 * i
         bt = sm[O_B + t] if has_g else float32(0.0)
         for j in range(4):
+            # s - t = (tc - tr) + C/4 (j - i) with |tc - tr| < C/4: below the diagonal sub-tile (j < i) s < t always,
+            # above it (j > i) never, on it as tc vs tr. Spelled out per (i, j) (constants once the loops are
+            # unrolled), only the diagonal sub-tiles test: the other 12 entries had a compare and a branch each, and
+            # the 6 above an exponential behind them (~540 instructions a warp for the 16 entries, ~300 now)
             s = tc + C4 * j
+            if j > i:
+                if out:
+                    sm[O_AQK + t * CS + s] = float32(0.0)
+                if delta:
+                    sm[O_LA + t * CS + s] = float32(0.0)
+                continue
+            le = j < i or tc <= tr  # s <= t
+            lt = j < i or tc < tr  # s < t
             dec = float32(1.0)
-            if has_g and s <= t:
+            if has_g and le:
                 dec = math.exp(bt - sm[O_B + s])  # b_t - b_s <= 0: never overflows
             if out:
-                sm[O_AQK + t * CS + s] = acc_qk[4 * i + j] * dec if s <= t else float32(0.0)
+                sm[O_AQK + t * CS + s] = acc_qk[4 * i + j] * dec if le else float32(0.0)
             if delta:
-                sm[O_LA + t * CS + s] = sm[O_BETA + t] * acc_kk[4 * i + j] * dec if s < t else float32(0.0)
+                sm[O_LA + t * CS + s] = sm[O_BETA + t] * acc_kk[4 * i + j] * dec if lt else float32(0.0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -1779,20 +1791,24 @@ def _out_kernel(C, KP, has_g, has_x=False):
     cp_state = _rows_copier(SR, CBW, NTH, True)  # a slab of S_c's rows from hs
     add_x = _rows_adder(SR, CBW, NTH)  # has_x: exp(lg_c) X added to the thread's own pieces of a slab of S_c
 
+    # Slab j sits in buffer j mod 3 and is slab j mod NSP of pass j // NSP. The loop below keeps these as counters
+    # stepped once a slab (and the same for slab j + 1 and j + 3, whose buffer is slab j's): computed from j, the
+    # divisions by 3 and NSP are 64-bit multiply-high sequences, ~60 instructions a slab in the SASS
+    S0 = tuple(k % NSP for k in range(4))  # slab within its pass of slabs 0 .. 3 (tuples: compile-time constants)
+    COL0 = tuple((k // NSP) * CBW for k in range(4))  # first value column of their passes
+
     @cuda.jit(device=True, inline="always")
-    def buf(j):
-        r = j % 3
+    def buf(r):
         return O_X0 if r == 0 else O_R + (r - 1) * SL
 
     @cuda.jit(device=True, inline="always")
-    def issue(sm, v, hs, b, h, bh, c, t0, n, V, j, tid):
-        p = j // NSP
-        s = j % NSP
+    def issue(sm, v, hs, b, h, bh, c, t0, n, V, s, col, off, tid):
+        """Copy slab s (of the pass from value column ``col``) into the buffer at ``off``."""
         if s < NSS:
-            cp_state(sm, buf(j), CBW, hs, bh, c * KP + s * SR, V, p * CBW, tid)
+            cp_state(sm, off, CBW, hs, bh, c * KP + s * SR, V, col, tid)
         else:
             sv = (s - NSS) * SR
-            cp_val(sm, buf(j), CBW, v, b, h, t0 + sv, n - sv, V, p * CBW, tid)
+            cp_val(sm, off, CBW, v, b, h, t0 + sv, n - sv, V, col, tid)
 
     def out(q, k, v, bcum, hs, o, scale, x, lg):
         """Chunk x of head y: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
@@ -1812,7 +1828,7 @@ def _out_kernel(C, KP, has_g, has_x=False):
         cp_rows(sm, O_R, KS, k, b, h, t0, n, K, 0, tid)
         cp_rows(sm, O_Q, KS, q, b, h, t0, n, K, 0, tid)
         cp_async_commit()
-        issue(sm, v, hs, b, h, bh, c, t0, n, V, 0, tid)  # slab 0 into X0: lands during the scores
+        issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[0], COL0[0], buf(0), tid)  # slab 0 into X0: lands during the scores
         cp_async_commit()
         cp_async_wait_one()
         cuda.syncthreads()  # K's and Q's rows and b in place
@@ -1824,10 +1840,12 @@ def _out_kernel(C, KP, has_g, has_x=False):
                 w = math.exp(lg[bh, c])  # the decay since the sequence start: <= 1
             add_x(sm, buf(0), CBW, x, b, h, 0, K, 0, V, w, tid)  # slab 0: S_c's first SR rows, pass 0
         cuda.syncthreads()  # Aqk complete, slab 0 in place; K's rows are read: X1, X2 take slabs 1, 2
-        for j in range(1, 3):
-            if j < NSL:
-                issue(sm, v, hs, b, h, bh, c, t0, n, V, j, tid)
-            cp_async_commit()
+        if NSL > 1:
+            issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[1], COL0[1], buf(1), tid)
+        cp_async_commit()
+        if NSL > 2:
+            issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[2], COL0[2], buf(2), tid)
+        cp_async_commit()
         rr, cc = _quad_map(tid, C4, WIDE)
         ra = cuda.local.array(4, types.int32)
         sh = 2 * ((rr >> 1) & 1)
@@ -1838,10 +1856,18 @@ def _out_kernel(C, KP, has_g, has_x=False):
         acc = cuda.local.array(32, float32)
         for e in range(32):
             acc[e] = float32(0.0)
+        r = 0  # buffer of slab j (0, 1, 2: X0, X1, X2); slab j + 3 goes there too
+        s = 0  # slab j within its pass
+        col = 0  # first value column of slab j's pass
+        s3 = S0[3]  # slab j + 3 within its pass, and its pass's first column
+        col3 = COL0[3]
         for j in range(NSL):
-            s = j % NSP
+            off = buf(r)
+            r1 = r + 1 if r < 2 else 0
+            s1 = s + 1 if s < NSP - 1 else 0  # slab j + 1 within its pass
+            col1 = col if s < NSP - 1 else col + CBW
             if s < NSS:
-                _mm_4x8(sm, acc, O_Q + s * SR, KS, ra, buf(j), CBW, c0, HB, SR)
+                _mm_4x8(sm, acc, O_Q + s * SR, KS, ra, off, CBW, c0, HB, SR)
                 if has_g and s == NSS - 1:
                     for i in range(4):
                         gr = math.exp(sm[O_B + ra[i]])  # gamma_t = exp(b_t) <= 1
@@ -1851,30 +1877,32 @@ def _out_kernel(C, KP, has_g, has_x=False):
                 sv = (s - NSS) * SR
                 kd = min(SR, kmax - sv)
                 if kd > 0:
-                    _mm_4x8(sm, acc, O_AQK + sv, CS, ra, buf(j), CBW, c0, HB, kd)
+                    _mm_4x8(sm, acc, O_AQK + sv, CS, ra, off, CBW, c0, HB, kd)
                 if s == NSP - 1:
-                    col = (j // NSP) * CBW + c0
                     for i in range(4):
-                        r = ra[i]
-                        if r < n:
+                        rw = ra[i]
+                        if rw < n:
                             for u in range(2):
-                                cu = col + u * HB
+                                cu = col + c0 + u * HB
                                 e = 8 * i + 4 * u
                                 if cu < V:  # V a multiple of 4: the whole quad
-                                    st4(o, (b, t0 + r, h, cu), (scale * acc[e], scale * acc[e + 1], scale * acc[e + 2],
-                                                                scale * acc[e + 3]))
+                                    st4(o, (b, t0 + rw, h, cu), (scale * acc[e], scale * acc[e + 1], scale * acc[e + 2],
+                                                                 scale * acc[e + 3]))
                     for e in range(32):  # the next pass starts from zero (here, not at its first slab: 32 selects
                         acc[e] = float32(0.0)  # per slab there, 3 % of the kernel's instructions)
             if j + 1 < NSL:
                 cp_async_wait_one()
-                if has_x:
-                    s1 = (j + 1) % NSP
-                    if s1 < NSS:
-                        add_x(sm, buf(j + 1), CBW, x, b, h, s1 * SR, K, ((j + 1) // NSP) * CBW, V, w, tid)
+                if has_x and s1 < NSS:
+                    add_x(sm, buf(r1), CBW, x, b, h, s1 * SR, K, col1, V, w, tid)
                 cuda.syncthreads()  # slab j + 1 in place for all; slab j is read: its buffer takes slab j + 3
                 if j + 3 < NSL:
-                    issue(sm, v, hs, b, h, bh, c, t0, n, V, j + 3, tid)
+                    issue(sm, v, hs, b, h, bh, c, t0, n, V, s3, col3, off, tid)
                 cp_async_commit()
+            r = r1
+            s = s1
+            col = col1
+            col3 = col3 if s3 < NSP - 1 else col3 + CBW
+            s3 = s3 + 1 if s3 < NSP - 1 else 0
 
     if config.ENABLE_CUDASIM:
         return cuda.jit(out)

@@ -161,7 +161,8 @@ to 4,032 for gated delta). Measured (H200, the same shapes, oracle-checked on tw
 ``figures/data/probes/h200_r4_phase3_4f30af1.json``): decay 9.42 ms against 9.75 ms with r6's phase 3 and fla's
 10.53 ms; gated delta 9.36 ms against 10.98 ms and fla's 14.14 ms (1.51x). Phases 1 and 2 alone took 2.78 and 6.58
 ms, so phase 3 on r1 is ~6.6 and ~2.8 ms. Hence :data:`PHASE3` became r1 for both families (for the additive
-family it is now r3's split schedule, below); the 2x over fla is still not reached, and for the delta family phase 1 (r6's WY intra kernel and its state pass on V + K columns) is now two
+family it is now r3's split schedule, below); the 2x over fla is still not reached, and for the delta family phase 1
+(r6's WY intra kernel and its state pass on V + K columns) is now two
 thirds of the time. The bench at 153e34f (``figures/data/probes/h200_long_decay_153e34f.json``,
 ``probes/h200_long_gdn_153e34f.json``) agrees: decay 9.44 ms against fla's 10.53 (1.12x), gated delta 9.37 ms
 against 14.25 (1.52x). With r3's faster intra kernel (the WY inverse in partial sums; r3's docstring) gated delta
