@@ -322,8 +322,19 @@ per warp and chunk for its 10 copies and 148.4 for storing S_c and the gates, ag
 
 H200, one session (``probes/h200_tune_r3_base_8f9bf2e.json``, ``..._unroll_d4b4426.json``,
 ``..._gates_bf141f5.json``): decay 1.669 -> 1.574 -> 1.566 ms (state 0.632 -> 0.601 -> 0.597, out 0.995 -> 0.929 ->
-0.919), plain 1.507 -> 1.453 -> 1.453. The bench beside fla is the README's table (``figures/data/
-h200_r3_bf141f5.json``).
+0.919), plain 1.507 -> 1.453 -> 1.453 (the bench beside fla: ``figures/data/probes/h200_r3_bf141f5.json``).
+
+Then the output kernel's bookkeeping (c1b6e3c). Its SASS per warp and chunk (``tools/sass.py``, loop bodies times
+their trips) was ~11,000 instructions for ~6,700 FFMA: ~200 a slab outside the products (6 slabs), mostly the
+64-bit multiply-high sequences of ``j // NSP`` and ``j % 3`` that located slab j, and ~540 in the scores' epilogue,
+where each of a thread's 16 entries tested s <= t and branched around its exponential although only the 4 on the
+diagonal sub-tiles can go either way. Now the slab, its pass and its buffer are counters stepped once a slab, and
+the epilogue is written per sub-tile (the same ``_scores`` serves the intra kernel: 5,952 -> 5,664 SASS instructions
+for the gated delta rule's). About 800 instructions fewer a warp and chunk. H200, one session, against 780812a
+(``probes/h200_tune_r3_{base_780812a,new_c1b6e3c}.json``, ``..._gdn_...``): decay 1.559 -> 1.535 ms (out 0.913 ->
+0.890, state 0.597 -> 0.600), plain 1.440 -> 1.426 (out 0.870 -> 0.855), gated delta 3.632 -> 3.607 (intra 1.608 ->
+1.583). The bench beside fla is the README's table (``figures/data/h200_r3_c1b6e3c.json``).
+
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta
 family (whose P1 ``W S`` feeds the state), the fused schedule runs. compute-sanitizer's memcheck, racecheck and
