@@ -155,7 +155,9 @@ BV_DEFAULT = 64
 # gates _chunk_gates, and the state kernel's one-call staging _stage_chunk (its fixed-map version: _chunk_stager)
 # and L2 prefetch of the next chunk _chunk_prefetcher (built on _lines_prefetcher and _line_request). Read them in
 # src/linattn_numba/rungs/r3_shared.py (or with inspect.getsource); the launch code below also uses the package's
-# _launch, _rows_aligned and scratch_buffers.
+# _launch, _rows_aligned and scratch_buffers. The split schedule's pieces (_gates_kernel, _split_state_kernel,
+# _out_kernel with their copiers _rows_copier / _rows_scaler / _rows_adder, _split_launches, and split_deferred,
+# r4's phases 1 and 3) are given whole: the exercise's forward runs the fused schedule.
 # ==========================================================================================================
 from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _chunk_gates,
@@ -168,6 +170,7 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _out_layout,
     _out_shape,
     _p2_rows8,
+    _rows_adder,
     _rows_copier,
     _rows_scaler,
     _split_launches,
@@ -193,6 +196,8 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _store_tile,
     scratch_buffers,
     split_bytes,
+    split_deferred,
+    split_deferred_fits,
     split_fits,
     wide_state_columns,
 )
