@@ -101,8 +101,8 @@ sequential steps of 2 K^2 V = 4.2 MFLOP, spread over only ceil(V / 32) blocks pe
 
 Cost model. Segments (:func:`choose_num_segments`, :func:`plan_segments`): the engine's state pass has
 ``B H ceil(V / 32)`` sequential walkers (one per head and 32 value columns). If that already fills the GPU
-(>= one per SM: B4 H16 K=V=128 has 256 walkers for 132 SMs), NS = 1 and r4 *is* the engine -- one call, no
-overhead. Otherwise NS = ceil(RESIDENT x SMs / walkers), enough segments for RESIDENT walkers per SM
+(>= one per SM: B4 H16 K=V=128 has 256 walkers for 132 SMs), NS = 1 and r4 *is* the engine (r3 for the additive
+family, whose phases are r3's) -- one call, no overhead. Otherwise NS = ceil(RESIDENT x SMs / walkers), enough segments for RESIDENT walkers per SM
 (``RESIDENT_ADD``, ``RESIDENT_DELTA``: the additive state kernel is lighter, so more of its blocks share an
 SM; the delta family's phase 1 already has twice the walkers, V + K columns), capped so that a segment keeps
 at least ``MIN_SEG_CHUNKS`` chunks. The segment length is T / NS when NS divides T, else rounded up to whole
@@ -889,7 +889,8 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
     ``phase3`` (the rung of phase 3, from :data:`PHASE3_RUNGS`, or "engine", or "split" for phases 1 and 3 on
     r3's split schedule, the additive family only; default :data:`PHASE3` for the recurrence's family, r1 where
     "split" cannot run, the engine where r1 does not fit K, V).
-    ``o=None`` computes only ``ht`` (phase 3 is skipped). With one segment this is the engine's ``forward``.
+    ``o=None`` computes only ``ht`` (phase 3 is skipped). With one segment this is the engine's ``forward``
+    (r3's where phases 1 and 3 would be r3's split schedule: the additive family by default).
     ``h0`` and ``ht`` may be the same array.
     """
     B, T, H, K = q.shape
