@@ -590,7 +590,10 @@ else:
 #   SM; since the fixed-map stagers it is 12-16 % of the state kernel's time, see the 9ed137f bars), the state
 #   pass is issue-bound (16 warps per SM issue every instruction: the FMAs were 57 % of them at 9ed137f, and the
 #   products' loops now issue 583 instructions per 512 FMAs), and the delta rule's intra kernel adds the
-#   inverse's short, barrier-separated steps.
+#   inverse's short, barrier-separated steps. Outside the loops, integer work adds up: the split schedule's output
+#   kernel located each slab with `j // NSP` and `j % 3`, 64-bit divisions by constants that became ~60 uniform
+#   instructions a slab, until counters stepped once a slab replaced them (c1b6e3c; the module docstring has the
+#   timing before and after). Reading the SASS (`tools/sass.py`) finds such costs without a GPU.
 # * `W, U, Q', U''` still make one round trip through global memory between the two kernels.
 
 # %%
