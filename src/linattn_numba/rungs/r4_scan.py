@@ -200,7 +200,7 @@ them (no extra barrier; X_i is one K x V per segment-head, read from L2). Each g
 the tail, or one batch element at a time) keeps its own ``hs`` from phase 1 to phase 3 (scratch tagged by group).
 With one segment (the standard shape) r4 is then r3's forward, which is faster there than the default engine r6
 for the additive family (README's table). Where r3's split schedule cannot run (float16, rows that 128-bit copies
-cannot take: ``r3.split_deferred_fits``) phase 3 stays on r1.
+cannot take, ``hs`` over ``r3.SPLIT_MAX_BYTES``: ``r3.split_deferred_fits``) phase 3 stays on r1.
 
 Measured (H200, B1 T1048576 H2 K=V=128, decay, fp32, oracle-checked on two heads, fla in the same process,
 ``figures/data/probes/h200_r4_split_3538980.json``, ``tools/r4_engine_probe.py --phase3 split,recurrent
