@@ -2043,8 +2043,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     TP = NC * C
     f4 = np.dtype(np.float32).itemsize
     vin = T > 0 and _rows_aligned(q, k, v)  # 128-bit loads of the inputs
-    if (schedule == "split" and T > 0 and split_fits(K, V, C, delta, out, vin and _rows_aligned(o))
-            and split_bytes(B, T, H, K, V, C) <= SPLIT_MAX_BYTES):
+    if schedule == "split" and _split_runs(q, k, v, o, delta, C):
         return _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv)
     BV = value_tile(C, KP, VW, bv)
     bcum, w, u, qp, u2 = scratch_buffers(BH, TP, KP, V, has_g, delta, out, stream)
@@ -2104,15 +2103,21 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     return todo
 
 
-def split_deferred_fits(q, k, v, g, beta, o, chunk_size) -> bool:
-    """Whether :func:`split_deferred` can run on these arrays (the split schedule's conditions: the additive
-    family, float32 with 16-byte aligned rows, the copy maps' sizes, ``hs`` at most :data:`SPLIT_MAX_BYTES`)."""
+def _split_runs(q, k, v, o, delta, C) -> bool:
+    """The split schedule's conditions on these arrays (``launches`` and :func:`split_deferred_fits` ask the
+    same): tokens, the additive family with an output, float32 with 16-byte aligned rows, the copy maps' sizes
+    (:func:`split_fits`), ``hs`` at most :data:`SPLIT_MAX_BYTES`."""
     B, T, H, K = q.shape
     V = v.shape[3]
-    C = DEFAULT_CHUNK if chunk_size is None else int(chunk_size)
-    return (C in CHUNK_SIZES and K <= MAX_K and T > 0 and o is not None
-            and split_fits(K, V, C, beta is not None, True, _rows_aligned(q, k, v) and _rows_aligned(o))
+    return (T > 0 and split_fits(K, V, C, delta, o is not None, _rows_aligned(q, k, v) and _rows_aligned(o))
             and split_bytes(B, T, H, K, V, C) <= SPLIT_MAX_BYTES)
+
+
+def split_deferred_fits(q, k, v, g, beta, o, chunk_size) -> bool:
+    """Whether :func:`split_deferred` can run on these arrays: a chunk size and K of this rung, and
+    :func:`_split_runs`."""
+    C = DEFAULT_CHUNK if chunk_size is None else int(chunk_size)
+    return C in CHUNK_SIZES and q.shape[3] <= MAX_K and _split_runs(q, k, v, o, beta is not None, C)
 
 
 def split_deferred(q, k, v, g, o, ht, x, scale, chunk_size, stream=0, bv=None, tag=""):
