@@ -156,8 +156,8 @@ BV_DEFAULT = 64
 # and L2 prefetch of the next chunk _chunk_prefetcher (built on _lines_prefetcher and _line_request). Read them in
 # src/linattn_numba/rungs/r3_shared.py (or with inspect.getsource); the launch code below also uses the package's
 # _launch, _rows_aligned and scratch_buffers. The split schedule's pieces (_gates_kernel, _split_state_kernel,
-# _out_kernel with their copiers _rows_copier / _rows_scaler / _rows_adder, _split_launches, and split_deferred,
-# r4's phases 1 and 3) are given whole: the exercise's forward runs the fused schedule.
+# _out_kernel with their copiers _rows_copier / _rows_scaler / _rows_adder, _split_runs, _split_launches, and
+# split_deferred, r4's phases 1 and 3) are given whole: the exercise's forward runs the fused schedule.
 # ==========================================================================================================
 from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _chunk_gates,
@@ -174,6 +174,7 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _rows_copier,
     _rows_scaler,
     _split_launches,
+    _split_runs,
     _split_state_kernel,
     _split_state_layout,
     check_launch,
