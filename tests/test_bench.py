@@ -134,3 +134,39 @@ def test_r1_defaults_are_what_the_committed_sweep_chose(monkeypatch):
     newest = max(sweeps, key=lambda d: d["date"])
     bench.apply_best(newest["tune"])
     assert {n: getattr(r1, n) for n in names} == defaults
+
+
+def test_retune_fla_forgets_every_tuned_config(monkeypatch):
+    """fla's autotune keys hold neither T nor the heads, so a config tuned at one shape would be reused at the
+    next one timed: ``peers.retune_fla`` clears every autotuner of fla's imported modules, also one wrapped by
+    ``triton.heuristics`` (reached through ``.fn``), and turns off Triton's disk cache of results. Checked with
+    stand-ins for Triton's Autotuner and fla's modules (neither is installed here)."""
+    import sys
+    import types
+
+    from linattn_numba import peers
+
+    class Autotuner:
+        def __init__(self):
+            self.cache = {("key",): "config tuned at another shape"}
+            self.cache_results = True
+
+    class Heuristics:  # triton.heuristics: holds the autotuner as .fn
+        def __init__(self, fn):
+            self.fn = fn
+
+    runtime = types.ModuleType("triton.runtime")
+    autotuner = types.ModuleType("triton.runtime.autotuner")
+    autotuner.Autotuner = Autotuner
+    triton = types.ModuleType("triton")
+    bare, wrapped, other = Autotuner(), Autotuner(), Autotuner()
+    fla_mod = types.ModuleType("fla.ops.fake")
+    fla_mod.kernel, fla_mod.wrapped, fla_mod.again = bare, Heuristics(wrapped), bare  # `again`: counted once
+    not_fla = types.ModuleType("flax.fake")  # a module whose name only starts like fla's
+    not_fla.kernel = other
+    for name, mod in (("triton", triton), ("triton.runtime", runtime), ("triton.runtime.autotuner", autotuner),
+                      ("fla.ops.fake", fla_mod), ("flax.fake", not_fla)):
+        monkeypatch.setitem(sys.modules, name, mod)
+    assert peers.retune_fla() == 2
+    assert bare.cache == {} and wrapped.cache == {} and not bare.cache_results and not wrapped.cache_results
+    assert other.cache and other.cache_results  # not fla's: left alone

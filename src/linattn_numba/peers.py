@@ -3,11 +3,24 @@
 Never required: each peer is offered only when its package imports. All peers take the very same device buffers
 as the rungs (zero-copy through ``__cuda_array_interface__``), in the project's layout ``[B, T, H, K]``, which is
 also fla's default layout.
+
+fla's Triton kernels are autotuned on their first call, and the autotune key of its chunk kernels names the chunk
+size, the gates and K, V, but not T or the number of heads: a config tuned at one shape is reused at every other
+(in the process, and through Triton's on-disk cache by another process on the same machine). At B1 T1M H2 the
+config tuned at B4 T8192 H16 makes ``chunk_simple_gla`` much slower than the one tuned there (the ``fla_retune``
+probe in ``figures/data/probes``). :func:`fla_peers` therefore forgets every tuned config first
+(:func:`retune_fla`): each peer is timed with the config that its own shape picks.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+
+# Before fla is imported (it reads this once): no autotune results from Triton's disk cache, which a process timing
+# another shape may have written (the key does not hold the shape; see above). A value the user set is kept.
+os.environ.setdefault("FLA_CACHE_RESULTS", "0")
 
 
 def _try(modname):
@@ -42,15 +55,51 @@ _FLA = {
 }
 
 
-def fla_peers(recurrence: str) -> dict:
+def _autotuners(obj, seen):
+    """The Triton autotuners in ``obj``'s chain of wrappers (``triton.heuristics`` wraps ``triton.autotune``: each
+    holds the next as ``fn``)."""
+    from triton.runtime.autotuner import Autotuner
+
+    while obj is not None and id(obj) not in seen:
+        seen.add(id(obj))
+        if isinstance(obj, Autotuner):
+            yield obj
+        obj = getattr(obj, "fn", None)
+
+
+def retune_fla() -> int:
+    """Forget the configs that fla's autotuned kernels chose (every module of fla imported so far): their next
+    calls tune again, at the shape they are then called with. Also turns off their on-disk result cache (Triton's
+    ``cache_results``), which would hand back a config tuned at another shape. Returns the number of autotuners
+    reset (0 without fla or Triton)."""
+    if _try("triton") is None:
+        return 0
+    seen, n = set(), 0
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not (name == "fla" or name.startswith("fla.")):
+            continue
+        for obj in list(vars(mod).values()):
+            for at in _autotuners(obj, seen):
+                at.cache.clear()
+                if hasattr(at, "cache_results"):
+                    at.cache_results = False
+                n += 1
+    return n
+
+
+def fla_peers(recurrence: str, retune: bool = True) -> dict:
     """``{name: fn(q, k, v, g, beta, initial_state, output_final_state) -> (o, ht)}`` for a recurrence.
 
     Inputs are device arrays (any ``__cuda_array_interface__``); outputs are torch tensors. Empty without fla.
+    ``retune`` (the default): :func:`retune_fla` first, so that the peers' first calls tune for the shape they are
+    given (call this once per shape, before the first call at it).
     """
     if _try("fla") is None or _try("torch") is None:
         return {}
     modname, names = _FLA[recurrence]
     mod = importlib.import_module(modname)
+    if retune:
+        retune_fla()
 
     def bind(fn):
         def call(q, k, v, g, beta, h0, oft):
