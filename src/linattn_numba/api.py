@@ -219,7 +219,7 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
 # (figures/data/h200_r3_a757612.json); over 8192 tokens
 SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.191, 0.442), "tensor_cores": (0.215, 0.430)}
 # r4 with its default engine (r6) and phase 3 on r1: 9.18 ms over 2 x 1,048,576 (decay; figures/data/
-# h200_long_decay_a757612.json), 6.55 ms over 2 x 262,144 (gated delta; figures/data/h200_long_gdn_67e1559.json)
+# h200_long_decay_a757612.json), 6.55 ms over 2 x 262,144 (gated delta; figures/data/probes/h200_long_gdn_67e1559.json)
 SCAN_NS_PER_TOKEN_HEAD = (4.38, 12.49)
 SCAN_MARGIN = 0.8  # the scan must be estimated at least this much faster (the model has two points per family)
 

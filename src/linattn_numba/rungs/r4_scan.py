@@ -182,7 +182,7 @@ row then, now ``probes/``): 7.12 ms against fla's 14.24 (2.00x) and r3's 64.82 (
 model's 66 (33, 50, 99, 132: 9.0-9.9 ms, ``probes/h200_r4_wide_ns_ebe502c.json``) was slower at every count, but
 each of those counts left a long last segment (6,144 tokens at 33) that runs alone; counts that divide T
 (``probes/h200_r4_ns_notail_gdn_abc1c26.json``) were faster: 32 segments 6.54 ms. With the count model above
-(67e1559, 32 equal segments), the bench (``figures/data/h200_long_gdn_67e1559.json``, the README's row): 6.55 ms
+(67e1559, 32 equal segments), the bench (``probes/h200_long_gdn_67e1559.json``, the README's row until 8e0d568): 6.55 ms
 against fla's 14.22 (2.17x) and r3's 64.79 (9.9x), 80 M token-heads/s. Decay at the new count (128 equal
 segments, ``probes/h200_r4_decay_ns128_67e1559.json``): 9.17 ms against fla's 10.46 (1.14x), phases 1 and 2
 alone 2.51 ms: phase 3 on r1 (~6.7 ms for 2 M token-heads) is what kept decay from 2x (next paragraph but one).
@@ -210,6 +210,21 @@ times r3's split kernels at the standard shape (state 0.60 + output 0.92 ms for 
 ``probes/h200_tune_r3_gates_bf141f5.json``) plus the scan: r4 now runs at the engine's full-GPU rate, and the 2x
 over fla needs r3's split kernels about 20 % faster (they run at ~42 % of the fp32 FMA peak; fla's run on TF32
 tensor cores).
+
+Peers tuned at their own shape (8e0d568, ``peers.retune_fla``). fla's autotune keys hold neither T nor the number
+of heads, so in a device session that had timed another shape first, fla ran at 1M tokens with that shape's
+configs: 17.2 ms in the bench files from bf141f5 to 9f034eb against 10.5 in the probes above, which is what the
+comparisons here used (``probes/h200_fla_retune_8ae96fc.json`` shows it: 17.08 ms with the configs of B4 T8192
+H16 from Triton's disk cache, 22.30 with them kept in the process, 10.51 / 10.53 tuned at 1M). The bench with
+every peer retuned (``figures/data/h200_long_decay_8e0d568.json``, ``h200_long_gdn_8e0d568.json``): decay 6.35
+ms against fla's 10.49 (1.65x) and r3's 48.41 (7.6x); gated delta 7.29 ms against fla's 14.34 (1.97x) and r3's
+64.98 (8.9x). That gated delta time is slower than 67e1559's 6.55 ms: side by side in one device call with
+67e1559's tree (``probes/h200_r4_gdn_ab_67e1559_8e0d568.json``) 6.55 against 7.29 ms with phases 1 and 2 alone
+alike (3.76 / 3.74 ms), so phase 3 (r1 on the 32 segment views from their start states) went from ~2.8 to
+~3.5 ms. r1's module and r4's phase-3 code are unchanged since 67e1559, and the SASS of the r1 kernel that phase
+3 runs (cp.async staging, gated delta, h0 given) has the same loops as then (its staging loop 41 instructions
+shorter since vec's cp.async emitter changed in d4b4426). Not explained yet; the next H200 session should time
+r1 alone on the segment views with both trees (and the launch timeline, ``nsys``) before anything else here.
 
 Numerics: everything float32. The affine maps are exact algebra (no approximation); the only difference from
 a single pass is the order of float32 sums (the scan composes products of up to NS maps), well inside the
