@@ -1,59 +1,84 @@
-"""Does fla's autotune config, tuned at one shape, follow it to another (in the process; through Triton's disk
-cache to the next process)? Usage: python fla_retune.py MODE OUT.jsonl; MODE: long | std_long | old_std | old_long.
-Times chunk_simple_gla (decay, fp32) with the bench's Timer; prints the chosen configs of fla's autotuners."""
-import json, os, sys, time
-mode, outp = sys.argv[1], sys.argv[2]
-import torch
-from numba import cuda
-from linattn_numba import bench, peers
+"""Does fla's autotune config, tuned at one shape, follow it to another shape (in the process; through Triton's
+disk cache to the next process on the same machine)? Times fla's ``chunk_simple_gla`` (decay, fp32) with the
+bench's Timer and appends one JSON line per timing: the median, the first call's seconds (the autotuning) and the
+config every fla autotuner chose. Needs a GPU, torch and fla.
 
-timer = bench.Timer()
+    python3 tools/fla_retune.py MODE OUT.jsonl
+
+MODE: ``long`` (B1 T1M H2, tuned there: ``peers.fla_peers`` retunes first), ``old_std`` / ``old_long`` (the
+standard shape / 1M tokens without retuning, as the bench timed peers before 8e0d568; with ``FLA_CACHE_RESULTS=1``
+and a shared ``TRITON_CACHE_DIR`` the second process finds the first one's configs on disk), ``std_long`` (the
+standard shape, then 1M with the standard shape's configs kept in the process, then 1M retuned).
+``figures/data/probes/h200_fla_retune_8ae96fc.json`` is four such processes in one device call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+STD, LONG = (4, 8192, 16), (1, 1 << 20, 2)  # (B, T, H); K = V = 128
+MODES = {"long": [(LONG, True)], "old_std": [(STD, False)], "old_long": [(LONG, False)],
+         "std_long": [(STD, True), (LONG, False), (LONG, True)]}
+
 
 def inputs(B, T, H, K=128, V=128):
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q = torch.nn.functional.normalize(torch.randn(B, T, H, K, device="cuda", generator=g), dim=-1)
-    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, device="cuda", generator=g), dim=-1)
-    v = torch.randn(B, T, H, V, device="cuda", generator=g)
-    gg = torch.nn.functional.logsigmoid(torch.randn(B, T, H, device="cuda", generator=g)) / 16
-    return q, k, v, gg
+    """Unit-norm q, k, normal v and log-gates g <= 0 on the GPU (made there: the host would take seconds at 1M)."""
+    import torch
 
-def configs():
-    from triton.runtime.autotuner import Autotuner
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.nn.functional.normalize(torch.randn(B, T, H, K, device="cuda", generator=gen), dim=-1)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, device="cuda", generator=gen), dim=-1)
+    v = torch.randn(B, T, H, V, device="cuda", generator=gen)
+    g = torch.nn.functional.logsigmoid(torch.randn(B, T, H, device="cuda", generator=gen)) / 16
+    return q, k, v, g
+
+
+def chosen_configs(peers) -> dict:
+    """``{module.kernel: {autotune key: config}}`` for every fla autotuner that has tuned something."""
     out = {}
     for name, mod in list(sys.modules.items()):
         if mod is None or not name.startswith("fla."):
             continue
         for attr, obj in list(vars(mod).items()):
-            seen = set()
-            for at in peers._autotuners(obj, seen):
+            for at in peers._autotuners(obj, set()):
                 if at.cache:
-                    out[f"{name}.{attr}"] = {str(k): str(v) for k, v in at.cache.items()}
+                    out[f"{name}.{attr}"] = {str(key): str(cfg) for key, cfg in at.cache.items()}
     return out
 
-def time_shape(shape, retune):
-    fn = peers.fla_peers("decay", retune=retune)["fla_chunk_simple_gla"]
-    q, k, v, g = inputs(*shape)
-    t0 = time.time()
-    fn(q, k, v, g, None, None, True)
-    torch.cuda.synchronize()
-    first_s = time.time() - t0
-    r = timer.time(lambda: fn(q, k, v, g, None, None, True))
-    rec = {"mode": mode, "shape": shape, "retune": retune, "median_ms": r["median_ms"], "first_call_s": first_s,
-           "FLA_CACHE_RESULTS": os.environ.get("FLA_CACHE_RESULTS"), "configs": configs()}
-    print(json.dumps(rec), flush=True)
-    with open(outp, "a") as f:
-        f.write(json.dumps(rec) + "\n")
-    del q, k, v, g
-    torch.cuda.empty_cache()
 
-STD, LONG = (4, 8192, 16), (1, 1 << 20, 2)
-if mode == "long":
-    time_shape(LONG, True)
-elif mode == "old_std":  # as before the fix: no retune (with FLA_CACHE_RESULTS=1: results go to the disk cache)
-    time_shape(STD, False)
-elif mode == "old_long":
-    time_shape(LONG, False)
-elif mode == "std_long":
-    time_shape(STD, True)
-    time_shape(LONG, False)  # the standard shape's config, kept in the process
-    time_shape(LONG, True)
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=sorted(MODES))
+    ap.add_argument("out", help="JSON-lines file to append to")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from linattn_numba import bench, peers
+
+    timer = bench.Timer()
+    for shape, retune in MODES[args.mode]:
+        fn = peers.fla_peers("decay", retune=retune)["fla_chunk_simple_gla"]
+        q, k, v, g = inputs(*shape)
+        t0 = time.time()
+        fn(q, k, v, g, None, None, True)  # tunes here when nothing is tuned for this key
+        torch.cuda.synchronize()
+        first_s = time.time() - t0
+        res = timer.time(lambda: fn(q, k, v, g, None, None, True))
+        rec = {"mode": args.mode, "shape": shape, "retune": retune, "median_ms": res["median_ms"],
+               "first_call_s": first_s, "FLA_CACHE_RESULTS": os.environ.get("FLA_CACHE_RESULTS"),
+               "configs": chosen_configs(peers)}
+        print(json.dumps(rec), flush=True)
+        with open(args.out, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        del q, k, v, g
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
