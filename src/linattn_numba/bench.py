@@ -251,7 +251,7 @@ def bench_shape(timer, shape, recurrence, rung_names, dtype=np.float32, peers=Tr
             continue
         impls.append((name, "rung", recurrence, lambda mod=mod: mod.forward(*args, o, None, ht, scale, 64),
                       flops, nbytes, True))
-    if peers:
+    if peers:  # fla_peers forgets fla's tuned configs: its first call below tunes them for this shape
         for name, fn in peer_mod.fla_peers(recurrence).items():
             if not wanted_peer(name, fla):
                 continue
