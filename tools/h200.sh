@@ -34,6 +34,9 @@
 #               fastest launch is the one benched)
 #     ncu_r1    Nsight Compute sections of r1 (decay, gated delta) with each launch of R1_NCU_KNOBS (default
 #               'asy=1;asy=0': the two stagings)
+#     r4_gdn_ab  per-kernel GPU times (ncu, gpu__time_duration) of one r4 forward at the long gated delta shape, on
+#               build/base/src (a `git archive BASE src` there, carried) and on this tree: which kernel moved between
+#               two commits (h200_ncu_r4_gdn_{base,head}_<sha>.csv; r4's docstring names the open case)
 #   all = tests,bench (the old default); evidence = tests,bench,long; evidence2 = sweep,sanitize,ncu;
 #   next = r6_intra,long_engines,sanitize_r6,sanitize_rest,ncu (sanitize_rest: r4 delta / gated delta under the three tools,
 #   SANITIZE_RECS overrides the recurrences;
@@ -134,6 +137,15 @@ for m in ${modes//,/ }; do
       for tool in memcheck racecheck synccheck; do
         sanitize_one "$tool" "${SANITIZE_TIMEOUT:-150}" --rungs "${SANITIZE_RUNGS:-chunked,shared,scan,warp_roles}"
       done 2>&1 | tee "$out/h200_sanitize.txt";;
+    r4_gdn_ab)
+      for which in base head; do
+        src=src; [ "$which" = base ] && src=build/base/src
+        [ -d "$src" ] || { echo "no $src: git archive BASE src | tar -x -C build/base, and carry build"; rc=1; continue; }
+        PYTHONPATH=/tmp/site:$PWD/$src timeout 240 ncu --clock-control none --profile-from-start off --csv \
+          --metrics gpu__time_duration.sum python3 tools/ncu_rungs.py --rungs scan --recurrences gated_delta \
+          --shape 1,262144,2,128,128 > "$out/h200_ncu_r4_gdn_${which}_$sha.csv" 2> "$out/r4_gdn_ab_$which.err" || rc=1
+        tail -2 "$out/r4_gdn_ab_$which.err"
+      done;;
     r6_intra)
       timeout 200 python3 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra r3,tensor_cores \
         --recurrences plain,decay --out "$out/h200_tune_r6_intra_$sha.json" 2>&1 \
