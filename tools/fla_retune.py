@@ -39,15 +39,8 @@ def inputs(B, T, H, K=128, V=128):
 
 def chosen_configs(peers) -> dict:
     """``{module.kernel: {autotune key: config}}`` for every fla autotuner that has tuned something."""
-    out = {}
-    for name, mod in list(sys.modules.items()):
-        if mod is None or not name.startswith("fla."):
-            continue
-        for attr, obj in list(vars(mod).items()):
-            for at in peers._autotuners(obj, set()):
-                if at.cache:
-                    out[f"{name}.{attr}"] = {str(key): str(cfg) for key, cfg in at.cache.items()}
-    return out
+    return {name: {str(key): str(cfg) for key, cfg in at.cache.items()}
+            for name, at in peers.fla_autotuners() if at.cache}
 
 
 def main(argv=None) -> int:

@@ -67,23 +67,31 @@ def _autotuners(obj, seen):
         obj = getattr(obj, "fn", None)
 
 
-def retune_fla() -> int:
-    """Forget the configs that fla's autotuned kernels chose (every module of fla imported so far): their next
-    calls tune again, at the shape they are then called with. Also turns off their on-disk result cache (Triton's
-    ``cache_results``), which would hand back a config tuned at another shape. Returns the number of autotuners
-    reset (0 without fla or Triton)."""
+def fla_autotuners():
+    """``(module.name, autotuner)`` for every Triton autotuner of fla's modules imported so far, each once (an
+    autotuner that several names or wrappers reach is yielded under the first). Empty without Triton."""
     if _try("triton") is None:
-        return 0
-    seen, n = set(), 0
+        return
+    seen = set()
     for name, mod in list(sys.modules.items()):
         if mod is None or not (name == "fla" or name.startswith("fla.")):
             continue
-        for obj in list(vars(mod).values()):
+        for attr, obj in list(vars(mod).items()):
             for at in _autotuners(obj, seen):
-                at.cache.clear()
-                if hasattr(at, "cache_results"):
-                    at.cache_results = False
-                n += 1
+                yield f"{name}.{attr}", at
+
+
+def retune_fla() -> int:
+    """Forget the configs that fla's autotuned kernels chose (:func:`fla_autotuners`): their next calls tune
+    again, at the shape they are then called with. Also turns off their on-disk result cache (Triton's
+    ``cache_results``), which would hand back a config tuned at another shape. Returns the number of autotuners
+    reset (0 without fla or Triton)."""
+    n = 0
+    for _, at in fla_autotuners():
+        at.cache.clear()
+        if hasattr(at, "cache_results"):
+            at.cache_results = False
+        n += 1
     return n
 
 
