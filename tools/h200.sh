@@ -142,7 +142,7 @@ for m in ${modes//,/ }; do
         src=src; [ "$which" = base ] && src=build/base/src
         [ -d "$src" ] || { echo "no $src: git archive BASE src | tar -x -C build/base, and carry build"; rc=1; continue; }
         PYTHONPATH=/tmp/site:$PWD/$src timeout 240 ncu --clock-control none --profile-from-start off --csv \
-          --metrics gpu__time_duration.sum python3 tools/ncu_rungs.py --rungs scan --recurrences gated_delta \
+          --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread,launch__shared_mem_per_block_dynamic python3 tools/ncu_rungs.py --rungs scan --recurrences gated_delta \
           --shape 1,262144,2,128,128 > "$out/h200_ncu_r4_gdn_${which}_$sha.csv" 2> "$out/r4_gdn_ab_$which.err" || rc=1
         tail -2 "$out/r4_gdn_ab_$which.err"
       done;;
