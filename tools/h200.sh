@@ -34,6 +34,8 @@
 #               fastest launch is the one benched)
 #     ncu_r1    Nsight Compute sections of r1 (decay, gated delta) with each launch of R1_NCU_KNOBS (default
 #               'asy=1;asy=0': the two stagings)
+#     cp_async  the two forms of vec.cp_async16 (vec.CP_ASYNC16_IN_IR) on r1 and r5, interleaved, oracle-checked
+#               (tools/cp_async_probe.py): h200_cp_async_<sha>.json
 #     r4_gdn_ab  per-kernel GPU times (ncu, gpu__time_duration) of one r4 forward at the long gated delta shape, on
 #               build/base/src (a `git archive BASE src` there, carried) and on this tree: which kernel moved between
 #               two commits (h200_ncu_r4_gdn_{base,head}_<sha>.csv; r4's docstring names the open case)
@@ -146,6 +148,10 @@ for m in ${modes//,/ }; do
           --shape 1,262144,2,128,128 > "$out/h200_ncu_r4_gdn_${which}_$sha.csv" 2> "$out/r4_gdn_ab_$which.err" || rc=1
         tail -2 "$out/r4_gdn_ab_$which.err"
       done;;
+    cp_async)
+      timeout 300 python3 tools/cp_async_probe.py --out "$out/h200_cp_async_$sha.json" 2>&1 \
+        | grep -v "NumbaPerformanceWarning\|warn(errors" | tee "$out/cp_async.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     r6_intra)
       timeout 200 python3 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra r3,tensor_cores \
         --recurrences plain,decay --out "$out/h200_tune_r6_intra_$sha.json" 2>&1 \

@@ -90,6 +90,15 @@ def _cp_async_wait_one_py():
     """Nothing to wait for: the simulator's copies are synchronous."""
 
 
+
+CP_ASYNC16_IN_IR = False
+"""How :func:`cp_async16` (the tuple-indexed copy of r1 and r5) hands its addresses to the PTX: False, generic
+addresses converted inside the asm; True, pointers cast to the shared and global state spaces in the IR (the form
+``cp_async16_at`` always uses, which r3's split kernels gained from). Read when a kernel is compiled. r1's sequence
+kernel ran slower with the IR form under the H200's own ptxas (r4's gated delta phase 3, 32 segments of r1:
+ncu 2.79 ms with the asm form, 3.54 ms with the IR form; 166 and 136 registers), a change the SASS of this
+machine's nvJitLink does not show (150-157 registers both ways): ``tools/cp_async_probe.py`` times both forms."""
+
 if config.ENABLE_CUDASIM:
     ld4, st4, st2, prefetch_l2, ld1 = _ld4_py, _st_py, _st_py, _prefetch_py, _ld1_py
     cp_async16, cp_async_wait_all = _cp_async16_py, _cp_async_wait_all_py
@@ -211,13 +220,26 @@ else:
             sinds = [context.cast(builder, i_val, ity, types.intp)]
         return cgutils.get_item_pointer(context, builder, smty, sary, sinds, wraparound=False)
 
-    def _emit_cp_async16(context, builder, dptr, gptr, nty, n_val):
-        """``cp.async.cg.shared.global [dptr], [gptr], 16, n``. The generic pointers are cast to the shared and
-        global state spaces in the IR, not in the PTX: the compiler then sees the shared array's own 32-bit
-        address plus an offset, and folds the constant part of a copy's offset into the instruction (converted
-        inside the asm, each copy's 64-bit shared address was rebuilt by 3 instructions: r3's split kernels)."""
+    def _emit_cp_async16(context, builder, dptr, gptr, nty, n_val, in_ir=True):
+        """``cp.async.cg.shared.global [dptr], [gptr], 16, n``. ``in_ir``: the generic pointers are cast to the
+        shared and global state spaces in the IR, not in the PTX: the compiler then sees the shared array's own
+        32-bit address plus an offset, and folds the constant part of a copy's offset into the instruction
+        (converted inside the asm, each copy's 64-bit shared address was rebuilt by 3 instructions: r3's split
+        kernels). Else (:data:`CP_ASYNC16_IN_IR` false) the generic addresses go into the asm, which converts
+        them (``cvta.to.shared``, ``cvta.to.global``): :func:`cp_async16`'s form for r1 and r5."""
         i32, i64 = ir.IntType(32), ir.IntType(64)
         n32 = context.cast(builder, n_val, nty, types.int32)
+        if not in_ir:
+            fnty = ir.FunctionType(ir.VoidType(), [i64, i64, i32])
+            asm = ir.InlineAsm(
+                fnty,
+                "{ .reg .u64 d64, g64; .reg .u32 d32; cvta.to.shared.u64 d64, $0; cvt.u32.u64 d32, d64; "
+                "cvta.to.global.u64 g64, $1; cp.async.cg.shared.global [d32], [g64], 16, $2; }",
+                "l,l,r,~{memory}",
+                side_effect=True,
+            )
+            builder.call(asm, [builder.ptrtoint(dptr, i64), builder.ptrtoint(gptr, i64), n32])
+            return context.get_dummy_value()
         sptr = builder.addrspacecast(dptr, ir.PointerType(dptr.type.pointee, addrspace=3))
         gglob = builder.addrspacecast(gptr, ir.PointerType(gptr.type.pointee, addrspace=1))
         fnty = ir.FunctionType(ir.VoidType(), [i32, i64, i32])
@@ -243,7 +265,7 @@ else:
             vals = cgutils.unpack_tuple(builder, args[3], len(idxty))
             inds = [context.cast(builder, v, t, types.intp) for v, t in zip(vals, idxty)]
             gptr = cgutils.get_item_pointer(context, builder, srcty, gary, inds, wraparound=False)
-            return _emit_cp_async16(context, builder, dptr, gptr, nty, args[4])
+            return _emit_cp_async16(context, builder, dptr, gptr, nty, args[4], CP_ASYNC16_IN_IR)
 
         return sig, codegen
 
