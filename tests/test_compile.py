@@ -29,3 +29,29 @@ def test_every_kernel_compiles_for_sm90(part):
     tail = "\n".join((r.stdout + r.stderr).splitlines()[-40:])
     assert r.returncode == 0, tail
     assert "compiled" in r.stdout and "FAILED" not in r.stdout, tail
+
+
+_CP_ASYNC_FORMS = r"""
+from numba import cuda
+from linattn_numba import vec
+from linattn_numba.rungs import r1_recurrent as r1
+label, fn, argtypes = next(t for t in r1.compile_targets() if t[0].startswith("async recurrent K=128 g=True beta=True"))
+for in_ir in (False, True):
+    vec.CP_ASYNC16_IN_IR = in_ir
+    ptx, _ = cuda.compile_ptx(fn, argtypes, cc=(9, 0))
+    print(in_ir, ptx.count("cp.async.cg.shared.global"), ptx.count("cvta.to.shared.u64"))
+"""
+
+
+@pytest.mark.compile
+def test_both_cp_async16_forms_compile():
+    """``vec.CP_ASYNC16_IN_IR`` (read when a kernel compiles) picks how r1's copies hand their addresses to the PTX:
+    both forms compile, and only the asm form converts the shared address inside each copy (the form the H200
+    timed faster for r4's phase 3, ``figures/data/probes/h200_cp_async_4adc74d.json``)."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    r = subprocess.run([sys.executable, "-c", _CP_ASYNC_FORMS], env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    counts = {line.split()[0]: tuple(int(x) for x in line.split()[1:]) for line in r.stdout.splitlines()}
+    (asm_copies, asm_cvta), (ir_copies, ir_cvta) = counts["False"], counts["True"]
+    assert asm_copies == ir_copies > 0
+    assert asm_cvta >= asm_copies and ir_cvta < asm_cvta

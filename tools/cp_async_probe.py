@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -60,6 +61,7 @@ def main(argv=None) -> int:
 
     timer = bench.Timer()
     result = {"device": bench.device_info(), "versions": bench.versions(), "git": bench.git_sha(),
+              "tree_sha": os.environ.get("LINATTN_GIT_SHA"),  # tools/h200.sh: the commit whose tree it ships
               "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "default_in_ir": vec.CP_ASYNC16_IN_IR, "records": []}
     default = vec.CP_ASYNC16_IN_IR
     try:

@@ -38,7 +38,7 @@
 #               (tools/cp_async_probe.py): h200_cp_async_<sha>.json
 #     r4_gdn_ab  per-kernel GPU times (ncu, gpu__time_duration) of one r4 forward at the long gated delta shape, on
 #               build/base/src (a `git archive BASE src` there, carried) and on this tree: which kernel moved between
-#               two commits (h200_ncu_r4_gdn_{base,head}_<sha>.csv; r4's docstring names the open case)
+#               two commits (h200_ncu_r4_gdn_{base,head}_<sha>.csv: how phase 3's r1 kernel was found slower, r4's docstring)
 #   all = tests,bench (the old default); evidence = tests,bench,long; evidence2 = sweep,sanitize,ncu;
 #   next = r6_intra,long_engines,sanitize_r6,sanitize_rest,ncu (sanitize_rest: r4 delta / gated delta under the three tools,
 #   SANITIZE_RECS overrides the recurrences;

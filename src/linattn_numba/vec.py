@@ -95,9 +95,10 @@ CP_ASYNC16_IN_IR = False
 """How :func:`cp_async16` (the tuple-indexed copy of r1 and r5) hands its addresses to the PTX: False, generic
 addresses converted inside the asm; True, pointers cast to the shared and global state spaces in the IR (the form
 ``cp_async16_at`` always uses, which r3's split kernels gained from). Read when a kernel is compiled. r1's sequence
-kernel ran slower with the IR form under the H200's own ptxas (r4's gated delta phase 3, 32 segments of r1:
-ncu 2.79 ms with the asm form, 3.54 ms with the IR form; 166 and 136 registers), a change the SASS of this
-machine's nvJitLink does not show (150-157 registers both ways): ``tools/cp_async_probe.py`` times both forms."""
+kernel ran slower with the IR form under the H200's own ptxas where r4's gated delta phase 3 launches it (B32
+T8192 H2, h0 only: 2.787 ms with the asm form against 3.540, 166 against 136 registers; elsewhere within 1 %:
+``figures/data/probes/h200_cp_async_4adc74d.json``, ``tools/cp_async_probe.py``), a difference that this machine's
+nvJitLink does not reproduce (150-157 registers both ways), so reading the SASS here cannot show it."""
 
 if config.ENABLE_CUDASIM:
     ld4, st4, st2, prefetch_l2, ld1 = _ld4_py, _st_py, _st_py, _prefetch_py, _ld1_py

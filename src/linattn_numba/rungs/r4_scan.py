@@ -216,15 +216,21 @@ of heads, so in a device session that had timed another shape first, fla ran at 
 configs: 17.2 ms in the bench files from bf141f5 to 9f034eb against 10.5 in the probes above, which is what the
 comparisons here used (``probes/h200_fla_retune_8ae96fc.json`` shows it: 17.08 ms with the configs of B4 T8192
 H16 from Triton's disk cache, 22.30 with them kept in the process, 10.51 / 10.53 tuned at 1M). The bench with
-every peer retuned (``figures/data/h200_long_decay_8e0d568.json``, ``h200_long_gdn_8e0d568.json``): decay 6.35
-ms against fla's 10.49 (1.65x) and r3's 48.41 (7.6x); gated delta 7.29 ms against fla's 14.34 (1.97x) and r3's
-64.98 (8.9x). That gated delta time is slower than 67e1559's 6.55 ms: side by side in one device call with
-67e1559's tree (``probes/h200_r4_gdn_ab_67e1559_8e0d568.json``) 6.55 against 7.29 ms with phases 1 and 2 alone
-alike (3.76 / 3.74 ms), so phase 3 (r1 on the 32 segment views from their start states) went from ~2.8 to
-~3.5 ms. r1's module and r4's phase-3 code are unchanged since 67e1559, and the SASS of the r1 kernel that phase
-3 runs (cp.async staging, gated delta, h0 given) has the same loops as then (its staging loop 41 instructions
-shorter since vec's cp.async emitter changed in d4b4426). Not explained yet; the next H200 session should time
-r1 alone on the segment views with both trees (and the launch timeline, ``nsys``) before anything else here.
+every peer retuned (``figures/data/h200_long_decay_8e0d568.json``, ``probes/h200_long_gdn_8e0d568.json``): decay
+6.35 ms against fla's 10.49 (1.65x) and r3's 48.41 (7.6x); gated delta 7.29 ms against fla's 14.34 (1.97x).
+
+That gated delta time was slower than 67e1559's 6.55 ms, and the cause was phase 3's r1 kernel, not r4: per
+kernel under ncu, 67e1559's tree against e04db40's (``probes/h200_ncu_r4_gdn_67e1559_9f39eca.csv``,
+``h200_ncu_r4_gdn_9f39eca.csv``, ``tools/h200.sh r4_gdn_ab``) every kernel within 2 % but r1's, 2.785 against
+3.542 ms with 166 against 136 registers. r1's module had not changed; ``vec.cp_async16``, which stages its tiles,
+had (8f9bf2e: the addresses cast to the shared and global spaces in the IR, the form r3's split kernels gained
+from). Under the H200's ptxas that form made r1's h0-only variant (the one phase 3 launches) take fewer registers
+and run 27 % slower, which this machine's ptxas does not reproduce (same registers both ways), so the SASS read
+here could not show it. Timed side by side (``probes/h200_cp_async_4adc74d.json``): 2.787 ms with the generic
+addresses converted inside the asm against 3.540 in the IR form; r1 at the standard shape with both states and
+r5 within 1 % either way. ``vec.CP_ASYNC16_IN_IR`` is False since (``cp_async16_at`` keeps the IR form). The bench
+at 4adc74d (``figures/data/h200_long_gdn_4adc74d.json``): gated delta 6.51 ms against fla's 14.23 (2.19x) and r3's
+64.94 (10.0x).
 
 Numerics: everything float32. The affine maps are exact algebra (no approximation); the only difference from
 a single pass is the order of float32 sums (the scan composes products of up to NS maps), well inside the
