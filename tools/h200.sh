@@ -34,6 +34,8 @@
 #               fastest launch is the one benched)
 #     ncu_r1    Nsight Compute sections of r1 (decay, gated delta) with each launch of R1_NCU_KNOBS (default
 #               'asy=1;asy=0': the two stagings)
+#     r4_kernels  per-kernel GPU times (ncu) of one r4 forward at each long shape (decay 1M, gated delta 262K):
+#               h200_ncu_r4_{decay,gated_delta}_<sha>.csv (which phase costs what)
 #     cp_async  the two forms of vec.cp_async16 (vec.CP_ASYNC16_IN_IR) on r1 and r5, interleaved, oracle-checked
 #               (tools/cp_async_probe.py): h200_cp_async_<sha>.json
 #     r4_gdn_ab  per-kernel GPU times (ncu, gpu__time_duration) of one r4 forward at the long gated delta shape, on
@@ -147,6 +149,15 @@ for m in ${modes//,/ }; do
           --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread,launch__shared_mem_per_block_dynamic python3 tools/ncu_rungs.py --rungs scan --recurrences gated_delta \
           --shape 1,262144,2,128,128 > "$out/h200_ncu_r4_gdn_${which}_$sha.csv" 2> "$out/r4_gdn_ab_$which.err" || rc=1
         tail -2 "$out/r4_gdn_ab_$which.err"
+      done;;
+    r4_kernels)
+      for spec in decay:1,1048576,2,128,128 gated_delta:1,262144,2,128,128; do
+        rec=${spec%%:*}
+        timeout 240 ncu --clock-control none --profile-from-start off --csv \
+          --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
+          python3 tools/ncu_rungs.py --rungs scan --recurrences "$rec" --shape "${spec#*:}" \
+          > "$out/h200_ncu_r4_${rec}_$sha.csv" 2> "$out/r4_kernels_$rec.err" || rc=1
+        tail -2 "$out/r4_kernels_$rec.err"
       done;;
     cp_async)
       timeout 300 python3 tools/cp_async_probe.py --out "$out/h200_cp_async_$sha.json" 2>&1 \
