@@ -245,7 +245,14 @@ default: ``figures/data/h200_sanitize_par_09d0776.txt``) and with r3 (``engine="
 ``tensor_cores/recurrent``: ``figures/data/h200_sanitize_par_9717011.txt``, whose r5 rows predate r5's unaligned
 barriers). Phase 1 on the engines' wide state (ebe502c), delta and gated delta: clean with r6
 (``h200_sanitize_par_ebe502c.txt``) and with r3 (``h200_sanitize_par_r4_r3engine_ebe502c.txt``). The earlier
-sequential runs (``h200_sanitize_r4_*.txt``) ran out of time in r4.
+sequential runs (``h200_sanitize_r4_*.txt``) ran out of time in r4. At d8b443d (r1's copies back in the asm form
+of ``vec.cp_async16``) r1 on the four recurrences and r4 on each, defaults: clean (``h200_sanitize_par_d8b443d.txt``).
+
+Where the long shapes' time goes (ncu per kernel at d8b443d, ``probes/h200_ncu_r4_decay_d8b443d.csv``,
+``h200_ncu_r4_gated_delta_d8b443d.csv``): decay at 1M tokens, r3's split state kernel 2.45 ms and its output
+kernel 3.77 ms of 6.32 (segment sums, gates and the scan 0.11 ms together: the rest is r3's two kernels at their
+standard-shape rate, so the 2x over fla waits on them); gated delta at 262,144 tokens, r3's intra kernel 1.04 ms,
+r6's state kernel 2.30, the tree 0.39, r1's phase 3 2.78 of 6.56.
 """
 
 from __future__ import annotations
