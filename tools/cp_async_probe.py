@@ -5,7 +5,7 @@ against the float64 oracle on two heads and compared bit for bit between the for
     python3 tools/cp_async_probe.py [--out h200_cp_async_<sha>.json] [--cases r1_phase3,r1,r5]
 
 Cases: ``r1_phase3`` is what r4's gated delta phase 3 launches at the long shape (B1 T262144 H2, 32 segments):
-r1 on 32 sequences of 8192 tokens, 2 heads, start states given, no final state; ``r1`` r1's own row of the bench
+r1 on 32 sequences of 8192 tokens, 2 heads, start states given, no final state; ``r1`` r1 at the standard shape
 (B4 T8192 H16 gated delta, both states); ``r5`` r5 at the standard shape on scalar decay. Each record has the
 median time, the registers of r1's kernel (where the case is r1's) and the relative error. The forms differ only in
 how a copy's addresses reach the PTX (see ``vec.CP_ASYNC16_IN_IR``), so the outputs must be equal.
@@ -31,9 +31,9 @@ CASES = {  # name -> (rung, B, T, H, recurrence, initial state, final state)
 def _recompile_all():
     """Forget every compiled kernel of the rungs that use cp_async16 (their factories are lru_cached): the next
     launch compiles again, reading ``vec.CP_ASYNC16_IN_IR`` then."""
-    from linattn_numba.rungs import r1_recurrent, r3_shared, r5_warp_roles
+    from linattn_numba.rungs import r1_recurrent, r5_warp_roles
 
-    for mod in (r1_recurrent, r3_shared, r5_warp_roles):
+    for mod in (r1_recurrent, r5_warp_roles):
         for obj in vars(mod).values():
             if callable(getattr(obj, "cache_clear", None)):
                 obj.cache_clear()

@@ -40,7 +40,8 @@
 #               (tools/cp_async_probe.py): h200_cp_async_<sha>.json
 #     r4_gdn_ab  per-kernel GPU times (ncu, gpu__time_duration) of one r4 forward at the long gated delta shape, on
 #               build/base/src (a `git archive BASE src` there, carried) and on this tree: which kernel moved between
-#               two commits (h200_ncu_r4_gdn_{base,head}_<sha>.csv: how phase 3's r1 kernel was found slower, r4's docstring)
+#               two commits (h200_ncu_r4_gdn_{base,head}_<sha>.csv: how phase 3's r1 kernel was found slower,
+#               r4's docstring)
 #   all = tests,bench (the old default); evidence = tests,bench,long; evidence2 = sweep,sanitize,ncu;
 #   next = r6_intra,long_engines,sanitize_r6,sanitize_rest,ncu (sanitize_rest: r4 delta / gated delta under the three tools,
 #   SANITIZE_RECS overrides the recurrences;
@@ -146,7 +147,8 @@ for m in ${modes//,/ }; do
         src=src; [ "$which" = base ] && src=build/base/src
         [ -d "$src" ] || { echo "no $src: git archive BASE src | tar -x -C build/base, and carry build"; rc=1; continue; }
         PYTHONPATH=/tmp/site:$PWD/$src timeout 240 ncu --clock-control none --profile-from-start off --csv \
-          --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread,launch__shared_mem_per_block_dynamic python3 tools/ncu_rungs.py --rungs scan --recurrences gated_delta \
+          --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread,launch__shared_mem_per_block_dynamic \
+          python3 tools/ncu_rungs.py --rungs scan --recurrences gated_delta \
           --shape 1,262144,2,128,128 > "$out/h200_ncu_r4_gdn_${which}_$sha.csv" 2> "$out/r4_gdn_ab_$which.err" || rc=1
         tail -2 "$out/r4_gdn_ab_$which.err"
       done;;

@@ -90,7 +90,6 @@ def _cp_async_wait_one_py():
     """Nothing to wait for: the simulator's copies are synchronous."""
 
 
-
 CP_ASYNC16_IN_IR = False
 """How :func:`cp_async16` (the tuple-indexed copy of r1 and r5) hands its addresses to the PTX: False, generic
 addresses converted inside the asm; True, pointers cast to the shared and global state spaces in the IR (the form
