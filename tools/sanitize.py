@@ -22,6 +22,39 @@ from linattn_numba import reference, rungs
 from linattn_numba.testing import TOL_FP32, make_inputs, rel_err
 
 
+def _capture_r5_cubins(folder):
+    """Wrap r5's state-kernel factory so that each kernel it hands out writes its cubin to ``folder`` after its
+    first launch (named by the factory's arguments)."""
+    import os
+
+    from linattn_numba.rungs import r5_warp_roles as r5
+
+    os.makedirs(folder, exist_ok=True)
+    factory = r5._state_kernel
+
+    def capturing(*args):
+        kern = factory(*args)
+        name = "r5_state_" + "_".join(str(int(x)) if isinstance(x, bool) else str(x) for x in args)
+
+        class Writer:
+            def __getitem__(self, config):
+                launch = kern[config]
+
+                def run(*kargs):
+                    launch(*kargs)
+                    for i, k in enumerate(kern.overloads.values()):
+                        with open(os.path.join(folder, f"{name}_{i}.cubin"), "wb") as f:
+                            f.write(k._codelibrary.get_cubin())
+                return run
+
+            def __getattr__(self, attr):
+                return getattr(kern, attr)
+
+        return Writer()
+
+    r5._state_kernel = capturing
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rungs", default=",".join(la.RUNGS))
@@ -33,7 +66,13 @@ def main(argv=None) -> int:
                         "and the scan, with a shorter tail segment)")
     p.add_argument("--scan", default="tree", choices=("tree", "chain"), help="r4 scan's phase 2")
     p.add_argument("--engine", default=None, help="r4 scan's engine rung (default: its DEFAULT_ENGINES choice)")
+    p.add_argument("--handoffs", default=None, help="r5 warp_roles: the hand-offs to run (default: all, HANDOFFS)")
+    p.add_argument("--cubins", default=None,
+                   help="a folder: write the cubin of every r5 state kernel launched there (the code the tools "
+                        "instrument; a sanitizer's '+0x...' offsets are offsets into its SASS: nvdisasm -c)")
     a = p.parse_args(argv)
+    if a.cubins:
+        _capture_r5_cubins(a.cubins)
     B, T, H, K, V = (int(x) for x in a.shape.split(","))
     bad = 0
     for r in a.rungs.split(","):
@@ -57,7 +96,7 @@ def main(argv=None) -> int:
             elif r == "recurrent":
                 variants = [("async", {"asy": True}), ("registers", {"asy": False})]
             elif r == "warp_roles":
-                variants = [(h, {"handoff": h}) for h in mod.HANDOFFS]
+                variants = [(h, {"handoff": h}) for h in (a.handoffs.split(",") if a.handoffs else mod.HANDOFFS)]
             else:
                 variants = [("", {})]
             for tag, extra in variants:
