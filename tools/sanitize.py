@@ -44,7 +44,8 @@ def _capture_r5_cubins(folder):
                     launch(*kargs)
                     for i, k in enumerate(kern.overloads.values()):
                         with open(os.path.join(folder, f"{name}_{i}.cubin"), "wb") as f:
-                            f.write(k._codelibrary.get_cubin())
+                            obj = k._codelibrary.get_cubin()  # bytes, or cuda.core ObjectCode (.code)
+                            f.write(obj if isinstance(obj, (bytes, bytearray)) else obj.code)
                 return run
 
             def __getattr__(self, attr):
