@@ -650,6 +650,13 @@ else:
 display(Markdown("> " + doc[doc.index("Sanitizers (H200"):].strip().split("\n\n")[0].replace("\n", "\n> ")))
 
 # %% [markdown]
+# A racecheck report is an observation of one run, not a proof: run the same kernel several times and the verdict on
+# the pair hand-off changes. The docstring's recheck:
+
+# %%
+display(Markdown("> " + doc[doc.index("Rechecked at"):].strip().split("\n\n")[0].replace("\n", "\n> ")))
+
+# %% [markdown]
 # ## 7. What limits r5
 #
 # The module docstring records what the H200 run showed and how it explains it:
