@@ -7,6 +7,10 @@
 The shape is mid-size on purpose: several chunks, T not a multiple of the chunk, K != V, more than one value tile,
 with an initial and a final state, so every code path and every boundary is exercised; small enough that the
 sanitizer (100x slower or worse) finishes in a minute. Exit status 1 when a result is off.
+
+To read a racecheck report on r5: ``--handoffs pair`` runs one hand-off, and ``--cubins DIR`` writes the cubin of
+each r5 state kernel it launches, whose ``nvdisasm -c`` listing has the report's ``+0x...`` offsets (r5's docstring,
+"Rechecked at").
 """
 
 from __future__ import annotations
