@@ -159,3 +159,20 @@ def test_deferred_decay_renormalises(recurrence, pattern, asy):
                                        initial_state=inp["initial_state"])
     e_o, e_h = rel_err(o.copy_to_host(), o_ref), rel_err(ht.copy_to_host(), h_ref)
     assert e_o <= TOL_FP32 and e_h <= TOL_FP32, (e_o, e_h)
+
+
+def test_kernels_made_records_what_forward_launches():
+    """``_common.kernels_made`` (how tools read the kernel a forward really used, e.g. its registers) records each
+    kernel r1's factory hands out with the factory's arguments, and puts the factory back afterwards."""
+    from linattn_numba._common import kernels_made
+
+    factory = r1._kernel
+    with kernels_made(r1, "_kernel") as made:
+        errs = _run((1, 9, 1, 8, 8), "decay", 3, ns=4, cols=1, nw=1, tc=4)
+    assert max(errs) <= TOL_FP32
+    assert r1._kernel is factory
+    assert len(made) == 1
+    args, kwargs, kern = made[0]
+    # (RC, COLS, NW, HAS_G, HAS_BETA, HAS_H0, HAS_HT, TC, NS, ASYNC): decay, both states, the knobs given
+    assert args[1:9] == (1, 1, True, False, True, True, 4, 4) and not kwargs
+    assert kern is factory(*args)

@@ -106,6 +106,17 @@ ncu_rungs() {
   tail -3 "$out/$name.err"
   return $r
 }
+# per-kernel GPU times (and launch shape, registers, dynamic shared memory) of one r4 forward under ncu, with the
+# package from SRC: r4_ncu_times NAME RECURRENCE B,T,H,K,V SRC (writes $out/NAME.csv, NAME.err)
+r4_ncu_times() {
+  local name=$1 rec=$2 shape=$3 src=$4
+  PYTHONPATH=/tmp/site:$PWD/$src timeout 240 ncu --clock-control none --profile-from-start off --csv \
+    --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread,launch__shared_mem_per_block_dynamic \
+    python3 tools/ncu_rungs.py --rungs scan --recurrences "$rec" --shape "$shape" > "$out/$name.csv" 2> "$out/$name.err"
+  local r=$?
+  tail -2 "$out/$name.err"
+  return $r
+}
 rc=0
 for m in ${modes//,/ }; do
   echo "=== $m ($(date +%T))"
@@ -146,20 +157,11 @@ for m in ${modes//,/ }; do
       for which in base head; do
         src=src; [ "$which" = base ] && src=build/base/src
         [ -d "$src" ] || { echo "no $src: git archive BASE src | tar -x -C build/base, and carry build"; rc=1; continue; }
-        PYTHONPATH=/tmp/site:$PWD/$src timeout 240 ncu --clock-control none --profile-from-start off --csv \
-          --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread,launch__shared_mem_per_block_dynamic \
-          python3 tools/ncu_rungs.py --rungs scan --recurrences gated_delta \
-          --shape 1,262144,2,128,128 > "$out/h200_ncu_r4_gdn_${which}_$sha.csv" 2> "$out/r4_gdn_ab_$which.err" || rc=1
-        tail -2 "$out/r4_gdn_ab_$which.err"
+        r4_ncu_times "h200_ncu_r4_gdn_${which}_$sha" gated_delta 1,262144,2,128,128 "$src" || rc=1
       done;;
     r4_kernels)
       for spec in decay:1,1048576,2,128,128 gated_delta:1,262144,2,128,128; do
-        rec=${spec%%:*}
-        timeout 240 ncu --clock-control none --profile-from-start off --csv \
-          --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
-          python3 tools/ncu_rungs.py --rungs scan --recurrences "$rec" --shape "${spec#*:}" \
-          > "$out/h200_ncu_r4_${rec}_$sha.csv" 2> "$out/r4_kernels_$rec.err" || rc=1
-        tail -2 "$out/r4_kernels_$rec.err"
+        r4_ncu_times "h200_ncu_r4_${spec%%:*}_$sha" "${spec%%:*}" "${spec#*:}" src || rc=1
       done;;
     cp_async)
       timeout 300 python3 tools/cp_async_probe.py --out "$out/h200_cp_async_$sha.json" 2>&1 \

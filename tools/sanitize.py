@@ -16,6 +16,8 @@ each r5 state kernel it launches, whose ``nvdisasm -c`` listing has the report's
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 
 import numpy as np
@@ -23,41 +25,24 @@ from numba import cuda
 
 import linattn_numba as la
 from linattn_numba import reference, rungs
+from linattn_numba._common import kernels_made
 from linattn_numba.testing import TOL_FP32, make_inputs, rel_err
 
 
-def _capture_r5_cubins(folder):
-    """Wrap r5's state-kernel factory so that each kernel it hands out writes its cubin to ``folder`` after its
-    first launch (named by the factory's arguments)."""
-    import os
-
-    from linattn_numba.rungs import r5_warp_roles as r5
-
+def _write_cubins(folder, made):
+    """The cubin of every compiled variant of the kernels in ``made`` (``kernels_made``'s list), each once, named by
+    its factory's arguments: ``r5_state_<args>_<i>.cubin``."""
     os.makedirs(folder, exist_ok=True)
-    factory = r5._state_kernel
-
-    def capturing(*args):
-        kern = factory(*args)
+    seen = set()
+    for args, _, kern in made:
+        if id(kern) in seen:
+            continue
+        seen.add(id(kern))
         name = "r5_state_" + "_".join(str(int(x)) if isinstance(x, bool) else str(x) for x in args)
-
-        class Writer:
-            def __getitem__(self, config):
-                launch = kern[config]
-
-                def run(*kargs):
-                    launch(*kargs)
-                    for i, k in enumerate(kern.overloads.values()):
-                        with open(os.path.join(folder, f"{name}_{i}.cubin"), "wb") as f:
-                            obj = k._codelibrary.get_cubin()  # bytes, or cuda.core ObjectCode (.code)
-                            f.write(obj if isinstance(obj, (bytes, bytearray)) else obj.code)
-                return run
-
-            def __getattr__(self, attr):
-                return getattr(kern, attr)
-
-        return Writer()
-
-    r5._state_kernel = capturing
+        for i, k in enumerate(kern.overloads.values()):
+            obj = k._codelibrary.get_cubin()  # bytes, or cuda.core ObjectCode (.code)
+            with open(os.path.join(folder, f"{name}_{i}.cubin"), "wb") as f:
+                f.write(obj if isinstance(obj, (bytes, bytearray)) else obj.code)
 
 
 def main(argv=None) -> int:
@@ -73,11 +58,21 @@ def main(argv=None) -> int:
     p.add_argument("--engine", default=None, help="r4 scan's engine rung (default: its DEFAULT_ENGINES choice)")
     p.add_argument("--handoffs", default=None, help="r5 warp_roles: the hand-offs to run (default: all, HANDOFFS)")
     p.add_argument("--cubins", default=None,
-                   help="a folder: write the cubin of every r5 state kernel launched there (the code the tools "
+                   help="a folder (GPU only): write the cubin of every r5 state kernel launched there (the code the tools "
                         "instrument; a sanitizer's '+0x...' offsets are offsets into its SASS: nvdisasm -c)")
     a = p.parse_args(argv)
-    if a.cubins:
-        _capture_r5_cubins(a.cubins)
+    made = None
+    with contextlib.ExitStack() as stack:
+        if a.cubins:  # record r5's state kernels as its launches get them, and write their cubins at the end
+            made = stack.enter_context(kernels_made(rungs.module("warp_roles"), "_state_kernel"))
+        try:
+            return _run(a)
+        finally:
+            if made:
+                _write_cubins(a.cubins, made)
+
+
+def _run(a) -> int:
     B, T, H, K, V = (int(x) for x in a.shape.split(","))
     bad = 0
     for r in a.rungs.split(","):

@@ -3,6 +3,7 @@ device scratch kept between calls."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import threading
@@ -108,6 +109,26 @@ def launch_dynamic(kernel, grid, block, smem, stream, args):
             drv.driver.cuKernelSetAttribute(attr, smem, cufunc.handle, cufunc.device.id)
             _smem_opted_in.add(key)
     kernel[grid, block, stream, smem](*args)
+
+
+@contextlib.contextmanager
+def kernels_made(module, factory: str):
+    """Inside the block, ``module.<factory>`` (a rung's kernel factory, e.g. r1's ``_kernel``) also records what
+    it hands out: yields a list that gets ``(args, kwargs, kernel)`` for every call, in order (a cached kernel
+    again each time it is asked for). The launches' own code is untouched: tools read the compiled kernels that a
+    forward really used (their registers, their cubins) instead of working out its choice again."""
+    made, real = [], getattr(module, factory)
+
+    def recording(*args, **kwargs):
+        kern = real(*args, **kwargs)
+        made.append((args, kwargs, kern))
+        return kern
+
+    setattr(module, factory, recording)
+    try:
+        yield made
+    finally:
+        setattr(module, factory, real)
 
 
 def rows_aligned(*arrays) -> bool:
