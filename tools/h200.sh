@@ -14,6 +14,9 @@
 #     r6_split  r6's two schedules for the additive family (fused: intra then state with the output; split: states
 #               stored per chunk, then every chunk's output in parallel), per kernel; then the bench of r6 under
 #               the split schedule beside fla's chunk kernels (plain, decay)
+#     out_pipe  r6's split schedule with each state kernel (r6's, r3's) and output kernel (pipelined: r3's copies with
+#               the products on the tensor cores; staged), r3's split beside it (plain, decay, per kernel), then r4
+#               at the long decay shape with each split output kernel (r4.SPLIT_OUT)
 #     r6_delta  r6's intra kernels for the delta family (r3's, tensor cores), per kernel; then the bench of r1 and r6
 #               for all four recurrences beside fla's chunk kernels (the standard shape)
 #     long_engines  r4 at the two long-context shapes with each engine (r3 shared, r6 tensor_cores) and fla chunk
@@ -182,6 +185,20 @@ for m in ${modes//,/ }; do
 from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs shared,tensor_cores \
         --recurrences plain,decay --fla chunk --out "$out/h200_r6_split_$sha.json" 2>&1 | tail -30 \
         | tee -a "$out/r6_split.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
+    out_pipe)
+      timeout 260 python3 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra tensor_cores --schedule split \
+        --precision 3xtf32 --recurrences decay,plain --vary r6_tensor_cores.SPLIT_STATE=shared,tensor_cores \
+        --vary r6_tensor_cores.SPLIT_OUT=pipelined,staged --out "$out/h200_tune_r6_pipe_$sha.json" 2>&1 \
+        | grep -v "NumbaPerformanceWarning\|warn(errors" | tee "$out/out_pipe.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+      timeout 120 python3 tools/tune_r3.py --rung shared --chunks 64 --bv 32 --schedule split \
+        --recurrences decay,plain --out "$out/h200_tune_r3_split_$sha.json" 2>&1 \
+        | grep -v "NumbaPerformanceWarning\|warn(errors" | tee -a "$out/out_pipe.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+      timeout 200 python3 tools/r4_engine_probe.py --shape 1,1048576,2,128,128:decay --engines tensor_cores \
+        --split-out shared,tensor_cores --no-peers --out "$out/h200_r4_split_out_$sha.json" 2>&1 \
+        | grep -v "NumbaPerformanceWarning\|warn(errors" | tee -a "$out/out_pipe.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     r6_delta)
       timeout 200 python3 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra r3,tensor_cores \

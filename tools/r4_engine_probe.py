@@ -2,7 +2,8 @@
 shapes of issue 4, beside fla's chunk kernel, every r4 run checked against the float64 oracle on two heads first.
 
     python3 tools/r4_engine_probe.py [--shape B,T,H,K,V:recurrence ...] [--engines shared,tensor_cores]
-                                     [--ns-factors 1,0.5,2] [--phase3 default,engine] [--vaug 0,1] [--no-peers]
+                                     [--ns-factors 1,0.5,2] [--phase3 default,engine] [--vaug 0,1]
+                                     [--split-out shared,tensor_cores] [--no-peers]
                                      [--out r4_engines.json]
 
 Default shapes: decay at B1 T1048576 H2 K=V=128 and gated delta at B1 T262144 H2 K=V=128. The segment count is
@@ -37,6 +38,9 @@ def main(argv=None) -> int:
                     help="phase 3's rungs to time with each engine (r4's PHASE3_RUNGS, 'engine', or 'default': "
                          "r4's PHASE3)")
     ap.add_argument("--vaug", default="0", help="r4.VAUG values to time (0: v and the wide state, 1: [v | 0])")
+    ap.add_argument("--split-out", default=None,
+                    help="r4.SPLIT_OUT values to time (whose output kernel phase 3 runs with r4's split: shared, "
+                         "tensor_cores; default r4's)")
     ap.add_argument("--no-peers", action="store_true", help="skip fla")
     ap.add_argument("--out", default="r4_engines.json")
     args = ap.parse_args(argv)
@@ -79,14 +83,18 @@ def main(argv=None) -> int:
         factors = [float(f) for f in args.ns_factors.split(",")]
         vaugs = [bool(int(x)) for x in args.vaug.split(",")]
         # one record per engine, phase-3 rung, segment count and phase-1 form
-        for eng, p3, factor, vaug in [(e, p, f, a) for e in engines for p in args.phase3.split(",") for f in factors
-                                      for a in vaugs]:
+        split_outs = args.split_out.split(",") if args.split_out else [r4.SPLIT_OUT]
+        default_split_out = r4.SPLIT_OUT
+        for eng, p3, factor, vaug, sout in [(e, p, f, a, so) for e in engines for p in args.phase3.split(",")
+                                            for f in factors for a in vaugs for so in split_outs]:
             r4.VAUG = vaug
+            r4.SPLIT_OUT = sout
             nsf = max(1, round(ns * factor))
             key = f"scan[{eng}]" if p3 == "default" else f"scan[{eng}, phase 3 {p3}]"
             key = key[:-1] + ", vaug]" if vaug else key
+            key = key[:-1] + f", split out {sout}]" if args.split_out else key
             row = {"key": key, "engine": eng, "phase3": p3, **tag, "num_segments": nsf,
-                   "model_num_segments": ns, "vaug": vaug}
+                   "model_num_segments": ns, "vaug": vaug, "split_out": sout}
             try:
                 def fn(eng=eng, nsf=nsf, p3=p3):
                     r4.forward(*fargs, o, None, ht, K**-0.5, 64, engine=eng, num_segments=nsf,
@@ -104,6 +112,7 @@ def main(argv=None) -> int:
             except Exception as e:  # noqa: BLE001 - record and go on to the next engine
                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
             log(row)
+        r4.SPLIT_OUT = default_split_out
         for eng, vaug in [(e, a) for e in engines for a in vaugs]:
             # phases 1 and 2 alone (o=None: only ht), at the model's segment count: the rest of the total is phase 3
             r4.VAUG = vaug

@@ -10,7 +10,8 @@ Usage (on the H200; tools/h200.sh shows the environment it needs)::
                              [--vary MODULE.NAME=a,b] [--out tune_r3.json]
 
 ``--vary r3_shared.OUT_KERNEL=pipelined,simple`` sets a module constant of ``linattn_numba.rungs`` that its
-launches read (not one frozen into a compiled kernel) to each value in turn: an A/B in one process.
+launches read (not one frozen into a compiled kernel) to each value in turn: an A/B in one process. Given more
+than once, every combination of the values is timed.
 
 Writes one JSON file: the device, the shape, and per recurrence the records {chunk, bv, median_ms, tflops,
 rel_err} plus the per-kernel split of the fastest candidate. ``r3_shared.BV_TABLE`` and ``DEFAULT_CHUNK`` are
@@ -40,8 +41,9 @@ def main(argv=None) -> int:
                     help="r3's and r6's schedules to try (comma-separated: fused, split)")
     ap.add_argument("--handoff", default=None,
                     help="r5's stage hand-offs to try (comma-separated: pair, rendezvous; default: r5's HANDOFF)")
-    ap.add_argument("--vary", default=None,
-                    help="MODULE.NAME=a,b: a rungs module's constant (read at launch) to try at each value")
+    ap.add_argument("--vary", action="append", default=None,
+                    help="MODULE.NAME=a,b: a rungs module's constant (read at launch) to try at each value "
+                         "(repeatable: every combination)")
     ap.add_argument("--out", default="tune_r3.json")
     ap.add_argument("--no-check", action="store_true", help="skip the oracle check (faster)")
     args = ap.parse_args(argv)
@@ -59,16 +61,19 @@ def main(argv=None) -> int:
     intras = args.intra.split(",") if args.rung == "tensor_cores" else [None]
     schedules = args.schedule.split(",") if args.rung in ("tensor_cores", "shared") else [None]
     handoffs = (args.handoff or mod.HANDOFF).split(",") if args.rung == "warp_roles" else [None]
-    vary_mod, vary_name, vary_values = None, None, [None]
-    if args.vary:
+    varied = []  # (module, constant name, values) per --vary
+    for spec in args.vary or ():
         import importlib
 
-        target, values = args.vary.split("=", 1)
+        target, values = spec.split("=", 1)
         mod_name, vary_name = target.rsplit(".", 1)
         vary_mod = importlib.import_module(f"linattn_numba.rungs.{mod_name}")
         if not hasattr(vary_mod, vary_name):
             raise SystemExit(f"--vary: linattn_numba.rungs.{mod_name} has no {vary_name}")
-        vary_values = values.split(",")
+        varied.append((vary_mod, vary_name, values.split(",")))
+    vary_values = [()]  # every combination of the varied constants' values
+    for _, _, values in varied:
+        vary_values = [combo + (x,) for combo in vary_values for x in values]
     result = {"device": bench.device_info(), "rung": args.rung, "shape": dict(B=B, T=T, H=H, K=K, V=V),
               "date": time.ctime(), "git": bench.git_sha(), "versions": bench.versions(), "recurrences": {}}
     for rec in args.recurrences.split(","):
@@ -97,9 +102,9 @@ def main(argv=None) -> int:
                     row["schedule"] = kw["schedule"] = sched
                 if hand is not None:
                     row["handoff"] = kw["handoff"] = hand
-                if var is not None:
-                    row[vary_name] = var
-                    setattr(vary_mod, vary_name, var)
+                for (vary_mod, vary_name, _), x in zip(varied, var):
+                    row[vary_name] = x
+                    setattr(vary_mod, vary_name, x)
                 try:
                     todo = mod.launches(d["q"], d["k"], d["v"], d["g"], d["beta"], o, None, ht, K**-0.5, C, **kw)
 

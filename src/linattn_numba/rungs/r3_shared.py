@@ -2063,11 +2063,13 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     return todo
 
 
-def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None, tag=""):
+def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None, tag="", out_kernel=None):
     """The split schedule's launches (``launches`` checked that it fits): gates (with g), the state kernel in
     state-only mode storing S_c to ``hs`` (value tile ``bv`` or :data:`SPLIT_BV`), the output kernel. With ``x``
     (:func:`split_deferred`: ``h0`` is None) the state kernel also stores the log decays ``lg`` and the output
-    kernel adds exp(lg_c) x to every S_c. ``tag`` names the scratch buffers (r4 keeps several sets alive)."""
+    kernel adds exp(lg_c) x to every S_c. ``tag`` names the scratch buffers (r4 keeps several sets alive).
+    ``out_kernel``: another output kernel with this one's arguments, ``out_kernel(C, KP, has_g, has_x) -> (kernel,
+    shared bytes, threads)`` (r6's on the tensor cores: ``r6_tensor_cores.out_pipe_factory``); None: :func:`_out_kernel`."""
     B, T, H, K = q.shape
     V = v.shape[3]
     BH = B * H
@@ -2096,10 +2098,12 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
                   np.float32(scale), hs)
     todo.append(("state", lambda: _launch(kern_s, (cdiv(V, BV), BH), (KP // 4) * (BV // 4), smem_s, stream,
                                           args_s)))
-    smem_o = _out_layout(C, KP)[-1] * f4
-    kern_o = _out_kernel(C, KP, has_g, has_x)
+    if out_kernel is None:
+        kern_o, smem_o, nth_o = _out_kernel(C, KP, has_g, has_x), _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
+    else:
+        kern_o, smem_o, nth_o = out_kernel(C, KP, has_g, has_x)
     args_o = (q, k, v, bcum, hs, o, np.float32(scale), or_dummy(x, 4), lg)
-    todo.append(("out", lambda: _launch(kern_o, (NC, BH), (C // 4) ** 2, smem_o, stream, args_o)))
+    todo.append(("out", lambda: _launch(kern_o, (NC, BH), nth_o, smem_o, stream, args_o)))
     return todo
 
 
@@ -2120,7 +2124,7 @@ def split_deferred_fits(q, k, v, g, beta, o, chunk_size) -> bool:
     return C in CHUNK_SIZES and q.shape[3] <= MAX_K and _split_runs(q, k, v, o, beta is not None, C)
 
 
-def split_deferred(q, k, v, g, o, ht, x, scale, chunk_size, stream=0, bv=None, tag=""):
+def split_deferred(q, k, v, g, o, ht, x, scale, chunk_size, stream=0, bv=None, tag="", out_kernel=None):
     """The split schedule with the start state deferred to the output kernel: ``(first, second)``, lists of
     ``(kernel name, launch)``. ``first`` (gates, then the state kernel walking every sequence from a zero start,
     storing each chunk's state to ``hs``, the log decays before each chunk to ``lg`` and the final state to ``ht``
@@ -2131,7 +2135,8 @@ def split_deferred(q, k, v, g, o, ht, x, scale, chunk_size, stream=0, bv=None, t
     r4 ``scan`` runs ``first`` on every segment, its scan over the segments' final states, then ``second``: one
     state walk in all, where a phase 3 that recomputes from the start states walks again. ``tag`` names the
     scratch buffers: the two lists share them, so launches of another call with the same tag must not come in
-    between. Raises ValueError where :func:`split_deferred_fits` is false."""
+    between. ``out_kernel`` as :func:`_split_launches`'. Raises ValueError where :func:`split_deferred_fits` is
+    false."""
     B, T, H, K = q.shape
     V = v.shape[3]
     C = DEFAULT_CHUNK if chunk_size is None else int(chunk_size)
@@ -2146,7 +2151,8 @@ def split_deferred(q, k, v, g, o, ht, x, scale, chunk_size, stream=0, bv=None, t
         raise ValueError(f"rung {NAME!r}: the split schedule cannot run here (split_deferred_fits: float32 inputs "
                          f"and output with 16-byte aligned rows, K' = {padded_k(K)} and C = {C} whole rows per "
                          f"copy, hs at most {SPLIT_MAX_BYTES} bytes)")
-    todo = _split_launches(q, k, v, g, o, None, ht, scale, C, padded_k(K), cdiv(T, C), stream, bv, x, tag)
+    todo = _split_launches(q, k, v, g, o, None, ht, scale, C, padded_k(K), cdiv(T, C), stream, bv, x, tag,
+                           out_kernel)
     return todo[:-1], todo[-1:]
 
 

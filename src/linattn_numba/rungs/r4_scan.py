@@ -290,6 +290,11 @@ ENGINE = None  # an override of the default engine (a name from ENGINES), like N
 PHASE3_RUNGS = ("recurrent",) + ENGINES
 SPLIT = "split"
 PHASE3 = {False: SPLIT, True: "recurrent"}
+# With SPLIT, whose output kernel phase 3 runs: r3's ("shared", FMA) or r6's ("tensor_cores": r3's copies and
+# slabs, the products as 3xTF32 mma tiles, r6_tensor_cores.out_pipe_factory). Read at launch (tools/tune_r3.py and
+# tools/r4_engine_probe.py vary it)
+SPLIT_OUTS = ("shared", "tensor_cores")
+SPLIT_OUT = "shared"
 
 # Overrides of the cost model, for tests and experiments: None lets the model choose.
 NUM_SEGMENTS = None
@@ -935,7 +940,7 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
                                      or num_segments < 1):
         raise ValueError(f"rung {NAME!r}: num_segments must be a positive integer, got {num_segments!r}")
     C = int(chunk_size)
-    from . import module
+    from . import RUNGS, module
 
     eng = engine_module(K, V, C, engine)
     eng3 = phase3_module(K, V, C, beta is not None, eng, phase3)
@@ -973,9 +978,17 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
     def phase1(qs, ks, vs, gs, bs, h0s, hts):
         eng.forward(qs, ks, vs, gs, bs, None, h0s, hts, scale, C, stream)
 
+    out_kernel = None
+    if split:
+        if SPLIT_OUT not in SPLIT_OUTS:
+            raise ValueError(f"rung {NAME!r}: SPLIT_OUT must be one of {SPLIT_OUTS}, got {SPLIT_OUT!r}")
+        tc = module("tensor_cores") if SPLIT_OUT == "tensor_cores" and "tensor_cores" in RUNGS else None
+        if tc is not None and tc.out_pipe_fits(K, V, C, False, True, True):  # split ran its fits on the arrays
+            out_kernel = tc.out_pipe_factory()
+
     def phase1_split(qs, ks, vs, gs, os_, hts, xs):
         first, second = module("shared").split_deferred(qs, ks, vs, gs, os_, hts, xs, scale, C, stream,
-                                                        tag=f".r4.{len(later)}")
+                                                        tag=f".r4.{len(later)}", out_kernel=out_kernel)
         for _, launch in first:
             launch()
         later.extend(second)
