@@ -2069,7 +2069,8 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     (:func:`split_deferred`: ``h0`` is None) the state kernel also stores the log decays ``lg`` and the output
     kernel adds exp(lg_c) x to every S_c. ``tag`` names the scratch buffers (r4 keeps several sets alive).
     ``out_kernel``: another output kernel with this one's arguments, ``out_kernel(C, KP, has_g, has_x) -> (kernel,
-    shared bytes, threads)`` (r6's on the tensor cores: ``r6_tensor_cores.out_pipe_factory``); None: :func:`_out_kernel`."""
+    shared bytes, threads)`` (r6's on the tensor cores: ``r6_tensor_cores.out_pipe_factory``); None:
+    :func:`_out_kernel`."""
     B, T, H, K = q.shape
     V = v.shape[3]
     BH = B * H

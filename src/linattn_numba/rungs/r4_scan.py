@@ -294,7 +294,7 @@ PHASE3 = {False: SPLIT, True: "recurrent"}
 # slabs, the products as 3xTF32 mma tiles, r6_tensor_cores.out_pipe_factory). Read at launch (tools/tune_r3.py and
 # tools/r4_engine_probe.py vary it)
 SPLIT_OUTS = ("shared", "tensor_cores")
-SPLIT_OUT = "shared"
+SPLIT_OUT = "tensor_cores"
 
 # Overrides of the cost model, for tests and experiments: None lets the model choose.
 NUM_SEGMENTS = None
@@ -948,10 +948,18 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
     if num_segments is None:
         num_segments = choose_num_segments(B, T, H, K, V, C, beta is not None)
     NS, L = plan_segments(T, C, num_segments)
+    tc = None  # with the split: r6, where phase 3 runs its output kernel (SPLIT_OUT), else r3's kernel runs
+    if split:
+        if SPLIT_OUT not in SPLIT_OUTS:
+            raise ValueError(f"rung {NAME!r}: SPLIT_OUT must be one of {SPLIT_OUTS}, got {SPLIT_OUT!r}")
+        if SPLIT_OUT == "tensor_cores" and "tensor_cores" in RUNGS:
+            tc = module("tensor_cores")
+            tc = tc if tc.out_pipe_fits(K, V, C, False, True, True) else None  # split checked the arrays' rows
     if NS == 1 or B * H * K * V == 0 or (o is None and ht is None):
-        if o is not None or ht is not None:  # one segment: a plain forward, by r3 (its split schedule) where
-            # phases 1 and 3 would be r3's (at the standard shape r3 beats r6 for the additive family), else the engine
-            (module("shared") if split else eng).forward(q, k, v, g, beta, o, h0, ht, scale, C, stream)
+        if o is not None or ht is not None:  # one segment: a plain forward, by the rung whose split schedule
+            # phases 1 and 3 would run (r6's: r3's state kernel and its own output kernel; or r3's), else the engine
+            (eng if not split else tc if tc is not None else module("shared")).forward(q, k, v, g, beta, o, h0, ht,
+                                                                                       scale, C, stream)
         return
     has_g, delta = g is not None, beta is not None
     W = V + K if delta else V
@@ -978,13 +986,7 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
     def phase1(qs, ks, vs, gs, bs, h0s, hts):
         eng.forward(qs, ks, vs, gs, bs, None, h0s, hts, scale, C, stream)
 
-    out_kernel = None
-    if split:
-        if SPLIT_OUT not in SPLIT_OUTS:
-            raise ValueError(f"rung {NAME!r}: SPLIT_OUT must be one of {SPLIT_OUTS}, got {SPLIT_OUT!r}")
-        tc = module("tensor_cores") if SPLIT_OUT == "tensor_cores" and "tensor_cores" in RUNGS else None
-        if tc is not None and tc.out_pipe_fits(K, V, C, False, True, True):  # split ran its fits on the arrays
-            out_kernel = tc.out_pipe_factory()
+    out_kernel = tc.out_pipe_factory() if tc is not None else None
 
     def phase1_split(qs, ks, vs, gs, os_, hts, xs):
         first, second = module("shared").split_deferred(qs, ks, vs, gs, os_, hts, xs, scale, C, stream,

@@ -464,6 +464,52 @@ def intra_tc_fits(K, V, C, delta, out, vin) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
+def _scores_tc(C, KP, NTH, has_g, three):
+    """The additive scores on the tensor cores, as :func:`_intra_add_kernel` computes them, for the output kernels:
+    ``scores(sm, o_q, o_k, o_p, o_b, kend, tid)`` writes ``P[t, s] = (Q K^T)[t, s] exp(b_t - b_s)`` for s <= t and 0
+    above (every entry of the [C, C + 4]-strided P at ``o_p``), from Q's and K's rows at ``o_q`` / ``o_k`` (stride
+    KP + 4, columns past ``kend`` unread) and b at ``o_b``. Groups of GS 16 x 8 tiles side by side (one row block:
+    each step's A fragment, Q's, loaded and split once for them; B is K^T read down K's rows), group j to warp
+    j mod (NTH / 32); tiles wholly above the diagonal skip their mma steps. The caller syncs before and after."""
+    NW = NTH // 32
+    KS, CS = KP + 4, C + 4
+    RB = C // 16
+    TCS = C // 8
+    GS = 4 if TCS % 4 == 0 else (2 if TCS % 2 == 0 else 1)
+    NGS = RB * TCS // GS
+    AS = 4 * GS
+
+    def scores(sm, o_q, o_k, o_p, o_b, kend, tid):
+        warp = tid // 32
+        lane = tid % 32
+        g8 = lane // 4
+        i4 = lane % 4
+        for grp in range(warp, NGS, NW):
+            pr = 16 * ((grp * GS) // TCS)
+            pc = 8 * ((grp * GS) % TCS)
+            acc = cuda.local.array(AS, float32)
+            for e in range(AS):
+                acc[e] = float32(0.0)
+            live = min(GS, (pr + 15 - pc) // 8 + 1) if pc <= pr + 15 else 0
+            if live > 0:
+                ra = o_q + (pr + g8) * KS + i4
+                rk = o_k + (pc + g8) * KS + i4
+                _mma_rows(sm, acc, ra, KS, rk, 1, 8 * KS, 4, kend, GS, live, three)
+            for e in range(GS):
+                for j in range(4):
+                    t = pr + g8 + 8 * (j // 2)
+                    s_ = pc + 8 * e + 2 * i4 + j % 2
+                    x = float32(0.0)
+                    if s_ <= t:
+                        x = acc[4 * e + j]
+                        if has_g:
+                            x *= math.exp(sm[o_b + t] - sm[o_b + s_])  # b_t - b_s <= 0
+                    sm[o_p + t * CS + s_] = x
+
+    return cuda.jit(device=True, inline="always")(scores)
+
+
+@functools.lru_cache(maxsize=None)
 def _intra_add_kernel(C, KP, has_g, three):
     """The additive family's intra-chunk part, one chunk of one head per block, both products on the tensor
     cores: scores ``Q Kᵀ`` as 16 x 8 tiles (tiles wholly above the diagonal skipped), gated and masked per
@@ -474,15 +520,13 @@ def _intra_add_kernel(C, KP, has_g, three):
     NW = NTH // 32
     KS, CS, VS, O_Q, O_K, O_P, O_V, O_B, O_G, _ = _intra_tc_layout(C, KP)
     RB = C // 16  # row blocks of the [C, C] scores and of the [C, VB] output
-    TCS = C // 8  # tile columns of the scores
-    GS = 4 if TCS % 4 == 0 else (2 if TCS % 2 == 0 else 1)  # score tiles a warp computes side by side
-    NGS = RB * TCS // GS
     TCV = INTRA_VB // 8
     GV = 4  # output tiles side by side (TCV = 8)
     NGV = RB * TCV // GV
-    AS, AV = 4 * GS, 4 * GV
+    AV = 4 * GV
     st_rows = _rows_stager(C, KP, NTH, False)
     st_val = _rows_stager(C, INTRA_VB, NTH, False)
+    scores = _scores_tc(C, KP, NTH, has_g, three)  # GS tiles side by side per warp
 
     def intra(q, k, v, g, bcum, u2):
         """Chunk x of head y: bcum[bh, t] = b_t (with gates) and u2[bh, t, :V] = U'' = tril(Q Kᵀ ⊙ Γ) V."""
@@ -517,28 +561,7 @@ def _intra_add_kernel(C, KP, has_g, three):
             cuda.syncthreads()  # b_s of every row is read by the score epilogue
 
         # -- scores: GS tiles of Q Kᵀ side by side per warp (one row block), gated and masked into P --
-        for grp in range(warp, NGS, NW):
-            pr = 16 * ((grp * GS) // TCS)
-            pc = 8 * ((grp * GS) % TCS)
-            acc = cuda.local.array(AS, float32)
-            for e in range(AS):
-                acc[e] = float32(0.0)
-            # tiles wholly above the diagonal (the group's last ones) stay zero; warp-uniform
-            live = min(GS, (pr + 15 - pc) // 8 + 1) if pc <= pr + 15 else 0
-            if live > 0:
-                ra = O_Q + (pr + g8) * KS + i4
-                rk = O_K + (pc + g8) * KS + i4  # Kᵀ[k0 + i, s] = K[s, k0 + i]
-                _mma_rows(sm, acc, ra, KS, rk, 1, 8 * KS, 4, kp_rt, GS, live, three)
-            for e in range(GS):
-                for j in range(4):  # C fragment element j: row g + 8 (j // 2), column 2 i + j % 2
-                    t = pr + g8 + 8 * (j // 2)
-                    s_ = pc + 8 * e + 2 * i4 + j % 2
-                    x = float32(0.0)
-                    if s_ <= t:
-                        x = acc[4 * e + j]
-                        if has_g:
-                            x *= math.exp(sm[O_B + t] - sm[O_B + s_])  # b_t - b_s <= 0: never overflows
-                    sm[O_P + t * CS + s_] = x
+        scores(sm, O_Q, O_K, O_P, O_B, kp_rt, tid)
         # -- U'' = P V, VB value columns at a time --
         for vb in range(0, V, INTRA_VB):
             st_val(sm, O_V, VS, v, b, h, t0, n, V, vb, tid, False, 0)
@@ -777,7 +800,7 @@ SCHEDULE = "split"  # the default of forward(schedule=...): faster on the H200 (
 # "pipelined" (_out_pipe_kernel: r3's copies overlapped with the products, products on the tensor cores) or
 # "staged" (_out_add_kernel: stage, barrier, multiply)
 SPLIT_STATES = ("tensor_cores", "shared")
-SPLIT_STATE = "tensor_cores"
+SPLIT_STATE = "shared"
 SPLIT_OUTS = ("pipelined", "staged")
 SPLIT_OUT = "pipelined"
 SPLIT_MAX_BYTES = r3.SPLIT_MAX_BYTES  # the largest per-chunk state buffer (hs) the split schedule allocates
@@ -816,16 +839,14 @@ def _out_add_kernel(C, KP, has_g, three):
     NW = NTH // 32
     KS, CS, VS, O_Q, O_R, O_P, O_V, O_B, _ = _out_tc_layout(C, KP)
     RB = C // 16
-    TCS = C // 8
-    GS = 4 if TCS % 4 == 0 else (2 if TCS % 2 == 0 else 1)
-    NGS = RB * TCS // GS
     TCV = INTRA_VB // 8
     GV = 4
     NGV = RB * TCV // GV
-    AS, AV = 4 * GS, 4 * GV
+    AV = 4 * GV
     st_rows = _rows_stager(C, KP, NTH, False)
     st_val = _rows_stager(C, INTRA_VB, NTH, False)
     st_state = _rows_stager(KP, INTRA_VB, NTH, True)
+    scores = _scores_tc(C, KP, NTH, has_g, three)
 
     def out(q, k, v, bcum, hs, o, scale):
         """Chunk x of head y: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
@@ -851,28 +872,7 @@ def _out_add_kernel(C, KP, has_g, three):
         st_rows(sm, O_R, KS, k, b, h, t0, n, K, 0, tid, False, 0)
         cuda.syncthreads()  # Q, K rows and b staged
 
-        # -- scores, as in _intra_add_kernel --
-        for grp in range(warp, NGS, NW):
-            pr = 16 * ((grp * GS) // TCS)
-            pc = 8 * ((grp * GS) % TCS)
-            acc = cuda.local.array(AS, float32)
-            for e in range(AS):
-                acc[e] = float32(0.0)
-            live = min(GS, (pr + 15 - pc) // 8 + 1) if pc <= pr + 15 else 0
-            if live > 0:
-                ra = O_Q + (pr + g8) * KS + i4
-                rk = O_R + (pc + g8) * KS + i4
-                _mma_rows(sm, acc, ra, KS, rk, 1, 8 * KS, 4, kp_rt, GS, live, three)
-            for e in range(GS):
-                for j in range(4):
-                    t = pr + g8 + 8 * (j // 2)
-                    s_ = pc + 8 * e + 2 * i4 + j % 2
-                    x = float32(0.0)
-                    if s_ <= t:
-                        x = acc[4 * e + j]
-                        if has_g:
-                            x *= math.exp(sm[O_B + t] - sm[O_B + s_])  # b_t - b_s <= 0
-                    sm[O_P + t * CS + s_] = x
+        scores(sm, O_Q, O_R, O_P, O_B, kp_rt, tid)  # as in _intra_add_kernel
         cuda.syncthreads()  # P complete; K's rows are read: R takes the state tile
         # -- O = scale (gamma Q S_c + P V), VB value columns at a time --
         for vb in range(0, V, INTRA_VB):
@@ -1014,6 +1014,7 @@ def _out_pipe_kernel(C, KP, has_g, has_x, three):
     cp_val = r3._rows_copier(SR, CBW, NTH, False)  # a value slab
     cp_state = r3._rows_copier(SR, CBW, NTH, True)  # a slab of S_c's rows from hs
     add_x = r3._rows_adder(SR, CBW, NTH)  # has_x: exp(lg_c) X added to the thread's own pieces of a slab of S_c
+    scores = _scores_tc(C, KP, NTH, has_g, three)
     S0 = tuple(j % NSP for j in range(4))  # slab within its pass of slabs 0 .. 3 (as r3's kernel)
     COL0 = tuple((j // NSP) * CBW for j in range(4))  # first value column of their passes
 
@@ -1052,7 +1053,7 @@ def _out_pipe_kernel(C, KP, has_g, has_x, three):
         cp_async_commit()
         cp_async_wait_one()
         cuda.syncthreads()  # K's and Q's rows and b in place
-        r3._scores(sm, O_R, O_Q, O_AQK, O_AQK, O_B, O_B, KS, CS, C4, KP, tid, has_g, False, True)
+        scores(sm, O_Q, O_R, O_AQK, O_B, KP, tid)  # columns past K are zero (the copies fill them)
         cp_async_wait_all()
         w = float32(1.0)
         if has_x:
@@ -1116,7 +1117,7 @@ def _out_pipe_kernel(C, KP, has_g, has_x, three):
                 ka, kb = pa0 + sv, pa1 + sv
                 pb = off + ob
                 # Aqk's row block pr1 is zero from column pr1 + 16 on, pr0's from pr0 + 16 (pr0 < pr1): steps, or
-                # row block pr0's part of them, past that are skipped (16-column pairs of steps: SR and pr multiples of 16)
+                # row block pr0's part of them, past that are skipped (pairs of steps: SR and pr multiples of 16)
                 if sv < pr1 + 16:
                     _mma_2x4(sm, acc, ka, kb, 8 * CS, pb, SW, sv < pr0 + 16, three)
                     _mma_2x4(sm, acc, ka + 8, kb + 8, 8 * CS, pb + 8 * SW, SW, sv < pr0 + 16, three)
@@ -1232,7 +1233,8 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     if SPLIT_STATE not in SPLIT_STATES or SPLIT_OUT not in SPLIT_OUTS:
         raise ValueError(f"rung {NAME!r}: SPLIT_STATE must be one of {SPLIT_STATES} and SPLIT_OUT one of "
                          f"{SPLIT_OUTS}, got {SPLIT_STATE!r}, {SPLIT_OUT!r}")
-    pipe = SPLIT_OUT == "pipelined" and T > 0 and out_pipe_fits(K, V, C, delta, out, out and vin and r3._rows_aligned(o))
+    pipe = (SPLIT_OUT == "pipelined" and T > 0
+            and out_pipe_fits(K, V, C, delta, out, out and vin and r3._rows_aligned(o)))
     if (schedule == "split" and SPLIT_STATE == "shared" and pipe
             and split_bytes(B, T, H, K, V, C) <= SPLIT_MAX_BYTES):  # r3's launches, with this rung's output kernel
         return r3._split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, None,
