@@ -1014,7 +1014,6 @@ def _out_pipe_kernel(C, KP, has_g, has_x, three):
     cp_val = r3._rows_copier(SR, CBW, NTH, False)  # a value slab
     cp_state = r3._rows_copier(SR, CBW, NTH, True)  # a slab of S_c's rows from hs
     add_x = r3._rows_adder(SR, CBW, NTH)  # has_x: exp(lg_c) X added to the thread's own pieces of a slab of S_c
-    scores = _scores_tc(C, KP, NTH, has_g, three)
     S0 = tuple(j % NSP for j in range(4))  # slab within its pass of slabs 0 .. 3 (as r3's kernel)
     COL0 = tuple((j // NSP) * CBW for j in range(4))  # first value column of their passes
 
@@ -1053,7 +1052,9 @@ def _out_pipe_kernel(C, KP, has_g, has_x, three):
         cp_async_commit()
         cp_async_wait_one()
         cuda.syncthreads()  # K's and Q's rows and b in place
-        scores(sm, O_Q, O_R, O_AQK, O_B, KP, tid)  # columns past K are zero (the copies fill them)
+        # the scores as r3's FMA tiles: on the tensor cores (_scores_tc) this kernel was slower on the H200 (decay
+        # 1.375 against 1.322 ms for the forward, probes/h200_tune_r6_pipe_2af77ac.json)
+        r3._scores(sm, O_R, O_Q, O_AQK, O_AQK, O_B, O_B, KS, CS, C4, KP, tid, has_g, False, True)
         cp_async_wait_all()
         w = float32(1.0)
         if has_x:
