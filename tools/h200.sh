@@ -19,6 +19,7 @@
 #               at the long decay shape with each split output kernel (r4.SPLIT_OUT)
 #     pipe_bench  r6's split schedule with each output kernel (pipelined, staged), per kernel (plain, decay); then the
 #               bench of r3, r4 and r6 beside fla's chunk kernel (plain, decay; the standard shape)
+#     std_additive  pipe_bench's bench alone
 #     r6_delta  r6's intra kernels for the delta family (r3's, tensor cores), per kernel; then the bench of r1 and r6
 #               for all four recurrences beside fla's chunk kernels (the standard shape)
 #     long_engines  r4 at the two long-context shapes with each engine (r3 shared, r6 tensor_cores) and fla chunk
@@ -210,6 +211,9 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1
       bench --rungs shared,scan,tensor_cores --recurrences plain,decay --fla chunk --out "$out/h200_r6_pipe_$sha.json" \
         | tee -a "$out/pipe_bench.log" || rc=1;;
+    std_additive)
+      bench --rungs shared,scan,tensor_cores --recurrences plain,decay --fla chunk --out "$out/h200_r6_pipe_$sha.json" \
+        | tee -a "$out/std_additive.log" || rc=1;;
     r6_delta)
       timeout 200 python3 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra r3,tensor_cores \
         --schedule fused --recurrences delta,gated_delta --out "$out/h200_tune_r6_delta_$sha.json" 2>&1 \
