@@ -33,6 +33,8 @@ import linattn_numba.sim
 linattn_numba.sim.use_if_no_gpu()
 
 import inspect  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
 
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
@@ -40,6 +42,7 @@ from IPython.display import Code, Markdown, display  # noqa: E402
 
 import linattn_numba as la  # noqa: E402
 from linattn_numba import figures, mma, reference  # noqa: E402
+from linattn_numba._common import kernels_made  # noqa: E402
 from linattn_numba.rungs import r3_shared as r3  # noqa: E402
 from linattn_numba.rungs import r6_tensor_cores as r6  # noqa: E402
 from linattn_numba.testing import TOL_FP32, make_inputs, rel_err  # noqa: E402
@@ -295,6 +298,71 @@ for sched, o in outs.items():
     assert rel_err(o, o_ref) <= TOL_FP32
     print(f"{sched:6s} rel err {rel_err(o, o_ref):.1e}")
 print(f"hs at the standard shape: {r6.split_bytes(4, 8192, 16, 128, 128, 64) / 2**20:.0f} MiB")
+
+# %% [markdown]
+# ## 10. The output kernel, pipelined
+#
+# The split schedule's `out` kernel above stages its tiles, waits at a barrier, then multiplies. r3's output kernel
+# overlaps its copies with its products (`cp.async` slabs through three buffers: r3's notebook) but multiplies on
+# the FMA units. `_out_pipe_kernel` is r3's kernel with its two products on the tensor cores: `acc = Q S_c` and
+# `acc += Aqk V` as 3xTF32 tiles, a warp owning 2 row blocks x 4 column tiles (`_mma_2x4`: each B fragment loaded
+# and split once for both row tiles). Compare it with r3's `_out_kernel` (`diff` the two functions): the copies,
+# buffers and barriers are the same lines; the product calls, the gate scaling and the stores are what changed.
+# `SPLIT_OUT` picks it (the default) or the staged kernel; `SPLIT_STATE` which state walk runs before it (r3's FMA
+# kernel by default: it was faster than r6's tensor-core one). Both output kernels on the same inputs:
+
+# %%
+inp = make_inputs(1, 45, 1, 8, 12, "decay", initial_state=True, seed=3)
+d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
+o_ref, _ = reference.recurrent(inp["q"], inp["k"], inp["v"], inp["g"], None, scale=0.25,
+                               initial_state=inp["initial_state"])
+for kind in r6.SPLIT_OUTS:
+    r6.SPLIT_OUT = kind
+    o = cuda.to_device(np.full((1, 45, 1, 12), np.nan, np.float32))
+    with kernels_made(r6, "_out_pipe_kernel") as made:
+        r6.forward(d["q"], d["k"], d["v"], d["g"], None, o, d["initial_state"], None, 0.25, 32, schedule="split")
+    err = rel_err(o.copy_to_host(), o_ref)
+    assert err <= TOL_FP32
+    print(f"SPLIT_OUT={kind:9s} pipelined kernel used: {bool(made)}  rel err {err:.1e}")
+r6.SPLIT_OUT = "pipelined"
+
+# %% [markdown]
+# On the H200 (B4 T8192 H16 K=V=128, decay, per kernel, one device call: `figures/data/probes/
+# h200_tune_r6_pipe_8baed37.json` and r3's split beside it): the output kernel falls from r3's 0.89 ms to 0.68.
+# Putting the scores on the tensor cores too made the forward slower (`h200_tune_r6_pipe_2af77ac.json`), so they
+# stay r3's FMA tiles.
+
+# %%
+data_dir = figures.find_data_dir()
+runs = {}
+if data_dir:
+    def r6_label(r):  # SPLIT_STATE "shared" runs r3's state kernel only with the pipelined output kernel
+        state = "r3" if r["SPLIT_OUT"] == "pipelined" and r["SPLIT_STATE"] == "shared" else "r6"
+        return f"{state} state, {r['SPLIT_OUT']}"
+
+    for fname, label_of in (("h200_tune_r3_split_8baed37.json", lambda r: "r3 (FMA, FMA)"),
+                            ("h200_tune_r6_pipe_8baed37.json", r6_label)):
+        path = os.path.join(data_dir, "probes", fname)
+        if os.path.exists(path):
+            with open(path) as f:
+                for r in json.load(f)["recurrences"]["decay"]["records"]:
+                    runs.setdefault(label_of(r), r)
+if runs:
+    fig, ax = plt.subplots(figsize=(7, 2.6))
+    for i, (label, r) in enumerate(runs.items()):
+        left = 0.0
+        for part, color in (("gates_ms", "0.6"), ("state_ms", "tab:blue"), ("out_ms", "tab:orange")):
+            ax.barh(i, r.get(part, 0.0), left=left, color=color, label=part[:-3] if i == 0 else None)
+            left += r.get(part, 0.0)
+        ax.text(left + 0.02, i, f"{r['median_ms']:.3f} ms", va="center", fontsize=8)
+    ax.set_yticks(range(len(runs)), list(runs))
+    ax.set_xlabel("ms (each kernel alone; the forward's median at the bar's end)")
+    ax.set_title("decay, B4 T8192 H16 K=V=128, H200: the split schedule's kernels")
+    ax.legend(loc="lower right", fontsize=8)
+    plt.tight_layout()
+    plt.show()
+else:
+    print("no figures/data/probes here: the H200 numbers are in the text above")
 
 # %% [markdown]
 # ## Exercises

@@ -165,8 +165,9 @@ def test_rung_selection():
     assert la.auto_rung(64, 64, 64) in la.RUNGS
     # measured on the H200: the tensor-core chunked rung for the additive recurrences, the token recurrence for
     # the delta family (figures/data)
-    assert la.auto_rung(64, 64, 64) == "shared"
-    assert la.auto_rung(64, 64, 64, "decay") == "shared"
+    assert la.auto_rung(64, 64, 64) == "tensor_cores"
+    assert la.auto_rung(64, 64, 64, "decay") == "tensor_cores"
+    assert la.auto_rung(64, 64, 64, "decay", chunk_size=16) == "shared"  # r6's pipelined output kernel needs C >= 32
     assert la.auto_rung(64, 64, 64, "gated_delta") == "recurrent"
     assert la.auto_rung(64, 256, 64, "delta") == "chunked"  # beyond r1's and r3's K limits
     assert la.auto_rung(64, 512, 64) == "naive"
@@ -178,10 +179,10 @@ def test_rung_selection():
     assert la.auto_rung(1048576, 128, 128, "decay", B=1, H=2) == "scan"
     assert la.auto_rung(262144, 128, 128, "gated_delta", B=1, H=2) == "scan"
     assert la.auto_rung(65536, 128, 128, "decay", B=1, H=16) == "scan"
-    assert la.auto_rung(8192, 128, 128, "decay", B=4, H=16) == "shared"
+    assert la.auto_rung(8192, 128, 128, "decay", B=4, H=16) == "tensor_cores"
     assert la.auto_rung(8192, 128, 128, "gated_delta", B=4, H=16) == "recurrent"
     assert la.auto_rung(8192, 128, 128, "gated_delta", B=2, H=16) == "recurrent"  # r1 half full still beats it
-    assert la.auto_rung(64, 128, 128, "decay", B=1, H=1) == "shared"  # one chunk: nothing to split
+    assert la.auto_rung(64, 128, 128, "decay", B=1, H=1) == "tensor_cores"  # one chunk: nothing to split
     assert la.auto_rung(1048576, 256, 128, "decay", B=1, H=2) == "chunked"  # beyond the estimates' K range
     big_k = make_inputs(1, 3, 1, 160, 4, "plain")
     with pytest.raises(ValueError, match="supports K <= 128"):

@@ -20,6 +20,7 @@ import pytest
 from numba import cuda
 
 from linattn_numba import reference, rungs
+from linattn_numba._common import kernels_made
 from linattn_numba.rungs import r2_chunked as r2
 from linattn_numba.rungs import r4_scan as r4
 from linattn_numba.testing import TOL_FP32, make_inputs, rel_err
@@ -243,8 +244,9 @@ def test_one_segment_is_the_engine(monkeypatch):
 
 
 def test_one_segment_additive_is_r3(monkeypatch):
-    """NS = 1 for the additive family, where phases 1 and 3 would be r3's split schedule: one r3 forward (at the
-    standard shape r3 beats the default engine r6 there), none of the engine's; r1 would not be called either."""
+    """NS = 1 for the additive family, where phases 1 and 3 would be r3's split schedule with r3's output kernel
+    (C = 16: r6's pipelined one needs C >= 32; test_split_output_kernels has the other case): one r3 forward, none
+    of the engine's; r1 would not be called either."""
     from linattn_numba.rungs import r3_shared as r3
 
     r3_calls = []
@@ -255,6 +257,44 @@ def test_one_segment_additive_is_r3(monkeypatch):
     monkeypatch.setattr(eng, "forward", lambda *a, **kw: eng_calls.append(1))
     check(make_inputs(1, 20, 2, 8, 8, "decay", initial_state=True, seed=14), num_segments=1)
     assert r3_calls == [(1, 20, 2, 8)] and eng_calls == []
+
+
+@pytest.mark.parametrize("recurrence", ["plain", "decay"])
+def test_split_output_kernels(recurrence, monkeypatch):
+    """Phase 3 on r6's pipelined output kernel (``SPLIT_OUT`` "tensor_cores", the default where it fits: C >= 32)
+    with the deferred start state added to the slabs it copies, and on r3's: both against the oracle and each
+    other, over unequal segments (100 tokens in 3 segments: 32 + 32 + 36) at K' = 16 (slabs of 16 rows) and, for
+    decay, K' = 32 with two value passes; at C = 16 r3's kernel runs whatever SPLIT_OUT says. One segment where r6's
+    kernel fits is r6's forward. An unknown SPLIT_OUT is refused."""
+    if "tensor_cores" not in rungs.RUNGS:
+        pytest.skip("rung tensor_cores not registered")
+    from linattn_numba.rungs import r6_tensor_cores as r6
+
+    assert r4.SPLIT_OUT == "tensor_cores"
+    shapes = [(8, 12)] + ([(20, 68)] if recurrence == "decay" else [])
+    for K, V in shapes:
+        inp = make_inputs(1, 100, 1, K, V, recurrence, initial_state=True, seed=K + V)
+        with kernels_made(r6, "_out_pipe_kernel") as made:
+            o_tc, h_tc = check(inp, num_segments=3, C=32)
+        # one kernel per group of segments (the equal ones, the tail), each with the deferred state (has_x)
+        assert [args[3] for args, _, _ in made] == [True, True]
+        monkeypatch.setattr(r4, "SPLIT_OUT", "shared")
+        with kernels_made(r6, "_out_pipe_kernel") as made:
+            o_r3, h_r3 = check(inp, num_segments=3, C=32)
+        monkeypatch.setattr(r4, "SPLIT_OUT", "tensor_cores")
+        assert made == [] and rel_err(o_tc, o_r3) <= TOL_FP32 and rel_err(h_tc, h_r3) <= TOL_FP32
+    inp = make_inputs(1, 40, 1, 8, 12, recurrence, initial_state=True, seed=3)
+    with kernels_made(r6, "_out_pipe_kernel") as made:
+        check(inp, num_segments=3)  # C = 16
+    assert made == []
+    r6_calls = []
+    real = r6.forward
+    monkeypatch.setattr(r6, "forward", lambda q, *a, **kw: r6_calls.append(q.shape) or real(q, *a, **kw))
+    check(inp, num_segments=1, C=32)
+    assert r6_calls == [(1, 40, 1, 8)]
+    monkeypatch.setattr(r4, "SPLIT_OUT", "wmma")
+    with pytest.raises(ValueError, match="SPLIT_OUT"):
+        run(inp, num_segments=3, C=32)
 
 
 def test_strided_inputs():

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
+from linattn_numba._common import kernels_made
 from linattn_numba.rungs import r3_shared as r3
 from linattn_numba.rungs import r6_tensor_cores as r6
 from linattn_numba.testing import TOL_FP32, rel_err
@@ -319,3 +320,60 @@ def test_split_schedule_falls_back(monkeypatch):
     assert rel_err(ht, oracle(dec)[1]) <= TOL_FP32
     with pytest.raises(ValueError, match="schedule must be one of"):
         run(make(1, 4, 1, 8, 8, "plain", seed=34), 16, schedule="interleaved")
+
+
+# (T, chunk, K, V): C = 32 with K' = 16 (slabs of 16 rows: two mma steps a slab) and two value passes (CBW = 64 < V),
+# a short last chunk; C = 32 with K' = 32 (slabs of 32 rows) and K != V; C = 64 with a short last chunk (8 warps:
+# the row-block pairs (0, 3) and (1, 2))
+PIPE = [(45, 32, 8, 68), (64, 32, 20, 12), (70, 64, 24, 20)]
+
+
+@pytest.mark.parametrize("state", r6.SPLIT_STATES)
+@pytest.mark.parametrize("T,chunk,K,V", PIPE, ids=lambda x: str(x))
+def test_pipelined_output_kernel(state, T, chunk, K, V, monkeypatch):
+    """The split schedule's pipelined output kernel (``_out_pipe_kernel``: r3's copies, slabs and barriers, the
+    products Q S_c and Aqk V as 3xTF32 mma tiles) after either state kernel (r3's or r6's), against the float64
+    recurrence and against the staged output kernel; it is the kernel that runs (3xTF32, no deferred state), and
+    the staged one where asked for."""
+    monkeypatch.setattr(r6, "SPLIT_STATE", state)
+    for rec in ("plain", "decay"):
+        inp = make(1, T, 1, K, V, rec, seed=T + K + V + 7)
+        assert r6.out_pipe_fits(K, V, chunk, False, True, True)
+        with kernels_made(r6, "_out_pipe_kernel") as made:
+            o_p, h_p = run(inp, chunk, schedule="split")
+        assert [args for args, _, _ in made] == [(chunk, r3.padded_k(K), rec == "decay", False, True)]
+        o_ref, h_ref = oracle(inp)
+        assert rel_err(o_p, o_ref) <= TOL_FP32 and rel_err(h_p, h_ref) <= TOL_FP32
+        monkeypatch.setattr(r6, "SPLIT_OUT", "staged")
+        with kernels_made(r6, "_out_pipe_kernel") as made:
+            o_s, _ = run(inp, chunk, schedule="split")
+        monkeypatch.setattr(r6, "SPLIT_OUT", "pipelined")
+        assert made == [] and rel_err(o_p, o_s) <= TOL_FP32
+
+
+def test_pipelined_output_kernel_tf32_and_checks():
+    """precision="tf32" reaches the pipelined kernel too (one TF32 product: TF32's ~1e-3, not float32's error);
+    C = 16 (one row block: no pairs for the warps) keeps the staged kernel; unknown SPLIT_STATE / SPLIT_OUT values
+    are refused; the layout keeps two blocks per SM with B fragments conflict-free (rows 8 banks apart)."""
+    inp = make(1, 40, 1, 8, 12, "decay", seed=41)
+    o_ref, _ = oracle(inp)
+    with kernels_made(r6, "_out_pipe_kernel") as made:
+        o1, _ = run(inp, 32, schedule="split", precision="tf32")
+    assert [args[-1] for args, _, _ in made] == [False]  # three = False
+    assert 20 * TOL_FP32 < rel_err(o1, o_ref) < 1e-2
+    assert not r6.out_pipe_fits(8, 12, 16, False, True, True)
+    with kernels_made(r6, "_out_pipe_kernel") as made:
+        check(inp, 16, schedule="split")
+    assert made == []
+    for name in ("SPLIT_STATE", "SPLIT_OUT"):
+        old = getattr(r6, name)
+        setattr(r6, name, "warp_specialised")
+        try:
+            with pytest.raises(ValueError, match=name):
+                run(inp, 32, schedule="split")
+        finally:
+            setattr(r6, name, old)
+    SW, *_, total = r6._out_pipe_layout(64, 128)
+    assert SW % 32 == 8 and 2 * (total * 4 + 1024) <= 228 * 1024
+    with pytest.raises(ValueError, match="precision"):
+        r6.out_pipe_factory("fp16")

@@ -85,13 +85,17 @@ def _run(a) -> int:
             # r1 stages its tiles two ways (cp.async double buffer, or through registers), r5 hands its stages
             # over two ways (FULL / EMPTY pairs, or one meeting of the whole block per chunk): both are checked.
             # r4 is tagged with the engine rung of its phase 1 (r6 unless --engine names another) and the rung of
-            # its phase 3 (or "shared/split": both phases on r3's split schedule, the additive family's default)
+            # its phase 3 (or "shared/split": both phases on r3's split schedule, the additive family's default;
+            # "+tc" where phase 3 runs r6's pipelined output kernel, r4.SPLIT_OUT "tensor_cores", since 2af77ac)
             if r == "scan":
                 eng = mod.engine_module(K, V, a.chunk, a.engine)
                 p3 = mod.phase3_module(K, V, a.chunk, inp["beta"] is not None, eng)
                 tag = f"{eng.NAME}/{p3.NAME}"
                 if mod._runs_split(d["q"], d["k"], d["v"], d["g"], d["beta"], d["v"], a.chunk):
                     tag = "shared/split"  # d["v"] stands in for o: same shape and layout
+                    if mod.SPLIT_OUT == "tensor_cores" and rungs.module("tensor_cores").out_pipe_fits(
+                            K, V, a.chunk, False, True, True):
+                        tag += "+tc"
                 variants = [(tag, {"num_segments": a.segments, "scan": a.scan, "engine": a.engine})]
             elif r == "recurrent":
                 variants = [("async", {"asy": True}), ("registers", {"asy": False})]

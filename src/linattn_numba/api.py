@@ -214,13 +214,13 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
 # long-context runs at B1 H2), (additive, delta family). The sequential rungs' cost is one block's walk through
 # the tokens (a block per SM, all blocks in one wave at the standard shape): the call's time / T. The scan's cost
 # is per token-head when its segments fill the GPU: the call's time / (B H T).
-# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 1.57 ms decay
-# (figures/data/h200_r3_bf141f5.json, its pipelined split schedule) / 3.62 ms gated delta, r6: 1.76 / 3.52 ms
-# (figures/data/h200_r3_a757612.json); over 8192 tokens
-SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.191, 0.442), "tensor_cores": (0.215, 0.430)}
-# r4 with its default engine (r6) and phase 3 on r1: 9.18 ms over 2 x 1,048,576 (decay; figures/data/
-# h200_long_decay_a757612.json), 6.55 ms over 2 x 262,144 (gated delta; figures/data/probes/h200_long_gdn_67e1559.json)
-SCAN_NS_PER_TOKEN_HEAD = (4.38, 12.49)
+# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 1.536 ms decay / 3.62 ms gated
+# delta, r6: 1.330 / 3.52 ms (figures/data/h200_r6_pipe_45bc923.json, h200_r3_a757612.json); over 8192 tokens
+SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.1875, 0.442), "tensor_cores": (0.162, 0.430)}
+# r4 with its default engine (r6), phases 1 and 3 on r3's split schedule with r6's output kernel for decay: 5.63 ms
+# over 2 x 1,048,576 (figures/data/h200_long_decay_45bc923.json); phase 3 on r1 for gated delta: 6.51 ms over
+# 2 x 262,144 (figures/data/h200_long_gdn_4adc74d.json)
+SCAN_NS_PER_TOKEN_HEAD = (2.69, 12.42)
 SCAN_MARGIN = 0.8  # the scan must be estimated at least this much faster (the model has two points per family)
 
 
@@ -249,21 +249,21 @@ def auto_rung(T: int, K: int, V: int, recurrence: str | None = None, chunk_size:
               H: int | None = None) -> str:
     """The rung ``rung="auto"`` uses for a shape: the fastest landed rung measured correct on the H200.
 
-    From ``figures/data`` (B4 T8192 H16 K=V=128, float32): for the additive recurrences (plain, decay) r3
-    ``shared`` (its split schedule with copies overlapped by ``cp.async``, since 13250cf) is ahead of r6
-    ``tensor_cores`` (3xTF32; 1.51 / 1.67 against 1.67 / 1.77 ms in one run,
-    ``figures/data/probes/h200_r3_r6_2b38aa1.json``), which is ahead of r5 ``warp_roles`` and r1 ``recurrent``;
-    for the delta rule and the gated delta rule r1 ``recurrent`` is the fastest rung (its state pass does one
-    K x V update per token; the chunked rungs pay for the WY solve and the [W; Q'] S product). So: K <= 128 picks
-    ``shared`` (additive, or recurrence unknown) or ``recurrent`` (delta family); K <= 256 picks ``chunked``;
-    larger K ``naive``.
+    From ``figures/data`` (B4 T8192 H16 K=V=128, float32): for the additive recurrences (plain, decay) r6
+    ``tensor_cores`` (its split schedule: r3's state kernel, then its pipelined output kernel with the products as
+    3xTF32 mma tiles, since 8baed37; it needs C >= 32) is ahead of r3 ``shared`` (1.208 / 1.330 against 1.424 /
+    1.536 ms in one run, ``figures/data/h200_r6_pipe_45bc923.json``), which is ahead of r5 ``warp_roles`` and r1
+    ``recurrent``; for the delta rule and the gated delta rule r1 ``recurrent`` is the fastest rung (its state pass
+    does one K x V update per token; the chunked rungs pay for the WY solve and the [W; Q'] S product). So: K <= 128
+    picks ``tensor_cores`` (additive, or recurrence unknown, at C = 32 or 64; ``shared`` at C = 16) or
+    ``recurrent`` (delta family); K <= 256 picks ``chunked``; larger K ``naive``.
 
     Few heads and a long sequence: when ``B`` and ``H`` are given (``attention`` gives them), r4 ``scan`` is picked
     instead where :func:`estimate_ms` puts it below ``SCAN_MARGIN`` times that choice: the sequential rungs
     then run fewer blocks than the GPU has SMs and walk every token in turn, while the scan splits the sequence
-    (measured at B1 H2 K=V=128 with r6 as its engine and phase 3 on r1: 29x faster than r3 for decay at T = 1M,
-    11x for gated delta at T = 256K, ``figures/data/h200_long_*``). At the standard shape the scan's cost model picks one segment and the estimate never
-    prefers it.
+    (measured at B1 H2 K=V=128: 8.6x faster than r3 for decay at T = 1M, 10x for gated delta at T = 256K,
+    ``figures/data/h200_long_*``). At the standard shape the scan's cost model picks one segment and the estimate
+    never prefers it.
 
     Args:
         T, K, V: sequence length and head dimensions.
@@ -274,7 +274,10 @@ def auto_rung(T: int, K: int, V: int, recurrence: str | None = None, chunk_size:
     if recurrence is not None and recurrence not in RECURRENCES:
         raise ValueError(f"recurrence must be one of {RECURRENCES} or None, got {recurrence!r}")
     delta = recurrence in ("delta", "gated_delta")
-    order = ("recurrent", "shared") if delta else ("shared", "tensor_cores", "recurrent")
+    if delta:
+        order = ("recurrent", "shared")
+    else:  # r6 is ahead where its pipelined output kernel runs (C >= 32), r3 elsewhere
+        order = ("tensor_cores", "shared", "recurrent") if chunk_size >= 32 else ("shared", "tensor_cores", "recurrent")
     choice = "naive"
     for name in order + ("chunked",):
         mod = rungs.module(name) if name in RUNGS else None

@@ -253,6 +253,20 @@ Where the long shapes' time goes (ncu per kernel at d8b443d, ``probes/h200_ncu_r
 kernel 3.77 ms of 6.32 (segment sums, gates and the scan 0.11 ms together: the rest is r3's two kernels at their
 standard-shape rate, so the 2x over fla waits on them); gated delta at 262,144 tokens, r3's intra kernel 1.04 ms,
 r6's state kernel 2.30, the tree 0.39, r1's phase 3 2.78 of 6.56.
+
+Phase 3 on r6's output kernel (8baed37, :data:`SPLIT_OUT`). Decay's phase 3 was r3's output kernel, 3.77 ms at 1M
+tokens, multiplying on the FMA units. r6's pipelined output kernel (``r6_tensor_cores._out_pipe_kernel``: r3's
+slabs and copies, the deferred start state added the same way, the products as 3xTF32 mma tiles) passed to
+``r3.split_deferred`` as its ``out_kernel``: at B1 T1048576 H2 K=V=128, 128 segments, one device call
+(``figures/data/probes/h200_r4_split_out_8baed37.json``), 5.606 ms against 6.339 with r3's kernel, phases 1 and 2
+alone 2.513. The bench (``figures/data/h200_long_decay_45bc923.json``): 5.634 ms against fla's 10.489 (1.86x, not
+yet the 2x) and r3's 48.32 (8.6x), 372 M token-heads/s, 30.5 TFLOP/s counted. Phase 3 there takes ~3.1 ms for four
+times the standard shape's token-heads, where the output kernel alone takes 0.676 ms at the standard shape (x4 =
+2.70): the deferred state's adds (global loads of X after a slab's ``cp.async.wait_group``, before its barrier) and
+the 60 spilled bytes of that variant are the candidates, not yet measured apart. With one segment (the standard
+shape) r4 is r6's forward for the additive family where r6's kernel runs (C >= 32), r3's at C = 16.
+compute-sanitizer on r4 plain and decay with this phase 3 (B2 T300 H2 K64 V80, 3 segments): memcheck, racecheck,
+synccheck report nothing (``figures/data/h200_sanitize_par_45bc923.txt``).
 """
 
 from __future__ import annotations
@@ -291,8 +305,9 @@ PHASE3_RUNGS = ("recurrent",) + ENGINES
 SPLIT = "split"
 PHASE3 = {False: SPLIT, True: "recurrent"}
 # With SPLIT, whose output kernel phase 3 runs: r3's ("shared", FMA) or r6's ("tensor_cores": r3's copies and
-# slabs, the products as 3xTF32 mma tiles, r6_tensor_cores.out_pipe_factory). Read at launch (tools/tune_r3.py and
-# tools/r4_engine_probe.py vary it)
+# slabs, the products as 3xTF32 mma tiles, r6_tensor_cores.out_pipe_factory; where it fits, C >= 32). Read at
+# launch (tools/r4_engine_probe.py --split-out varies it). r6's: 5.61 against 6.34 ms for decay at B1 T1M H2
+# (figures/data/probes/h200_r4_split_out_8baed37.json)
 SPLIT_OUTS = ("shared", "tensor_cores")
 SPLIT_OUT = "tensor_cores"
 

@@ -87,6 +87,46 @@ It runs where :func:`split_fits` (float32 inputs with aligned rows, the output w
 schedule runs. Its intra kernel for the additive family is the tensor-core one (:func:`_intra_add_kernel`,
 :data:`INTRA`: 0.60 / 0.70 ms against r3's 0.68 / 0.75 for plain / decay, ``probes/h200_tune_r6_intra_7741f24.json``).
 
+The pipelined output kernel (the split schedule's default since 8baed37: :data:`SPLIT_OUT`, :func:`_out_pipe_kernel`)
+---------------------------------------------------------------------------------------------------------------
+The staged output kernel above stages the value and state tiles, waits at a barrier, then multiplies; r3's output
+kernel (``r3._out_kernel``) overlaps its copies with its products (``cp.async`` slabs through three buffers) but
+multiplies on the FMA units at ~47 % of their peak. ``_out_pipe_kernel`` is r3's kernel with its two products
+``acc = Q S_c`` and ``acc += Aqk V`` as 3xTF32 mma tiles (:func:`_mma_2x4`: a warp's 2 x 4 tiles of 16 x 8 per
+step of 8, each B fragment loaded and split once for both row tiles, each A fragment once for the 4 column
+tiles: 24 ``mma`` for 8192 multiply-adds where the FMA tiles issue 256 ``FFMA`` a warp). What else changed:
+
+* the slabs' rows are padded by 8 floats (:func:`_out_pipe_layout`): a B fragment reads 4 slab rows x 8 columns,
+  and rows of 128 floats start in the same bank;
+* warp w takes row blocks p and C / 16 - 1 - p (p = w mod C / 32), so the triangular ``Aqk V`` is the same work
+  for every warp, and skips the steps past each block's diagonal (warp-uniform, as ``mma.sync`` needs);
+* the output is stored as 64-bit column pairs of the C fragments.
+
+Its scores stay r3's FMA tiles: on the tensor cores (:func:`_scores_tc`, as the staged kernel has them) the
+forward was slower (decay 1.375 against 1.322 ms, ``probes/h200_tune_r6_pipe_2af77ac.json``). The state walk
+before it is r3's pipelined FMA kernel (:data:`SPLIT_STATE` "shared"): r6's tensor-core one stores the same
+``hs`` but took 0.674 ms against r3's 0.599 for decay. H200, B4 T8192 H16 K=V=128, one device call, per kernel
+(``figures/data/probes/h200_tune_r6_pipe_8baed37.json``, r3's split beside it in ``h200_tune_r3_split_8baed37.json``):
+
+=====================================  ===========  ===========  ==========  ==========
+split schedule (decay)                 state ms     output ms    forward ms  plain
+=====================================  ===========  ===========  ==========  ==========
+r3 (FMA state, FMA output)             0.599        0.891        1.538       1.426
+r6 state, staged output                0.673        1.040        1.756       1.654
+r6 state, pipelined output             0.674        0.678        1.394       1.298
+r3 state, pipelined output (default)   0.599        0.676        1.322       1.203
+=====================================  ===========  ===========  ==========  ==========
+
+The bench beside fla (``figures/data/h200_r6_pipe_45bc923.json``): plain 1.208 / decay 1.330 ms against r3's
+1.424 / 1.536 and fla ``chunk_simple_gla``'s 0.813 / 0.873 (TF32, relative error 1.5e-3 / 1.8e-3 where this rung
+has 3.3e-6 / 1.4e-6). The output kernel moves ~1.6 GB (q, k, v, the states hs, o) in 0.676 ms: 2.4 TB/s, 0.56 of
+the copy bandwidth; its 27.9 GFLOP as executed (scores as FMA, 10 of 16 sub-tiles) come to 41 TFLOP/s. By
+``tools/sass.py`` (sm_90, this machine's ptxas): 128 registers and 28 spilled bytes (60 with the deferred start
+state), against r3's 127 and none: the 32 accumulators and the split B fragments of the mma loop beside r3's
+scores' 80 registers; the H200's ptxas was not read. r4 ``scan`` runs this kernel as phase 3 for the additive
+family (``r4.SPLIT_OUT``, the deferred start state added to the slabs of S_c a thread copied, as in r3's kernel).
+It needs r3's copy maps (``r3.split_fits``) and C >= 32 (:func:`out_pipe_fits`); elsewhere the staged kernel runs.
+
 The delta family's intra kernel on the tensor cores (opt in: ``intra="tensor_cores"``, :func:`_intra_delta_kernel`)
 -------------------------------------------------------------------------------------------------------------
 r3's intra kernel is more than half of r6's time for the delta family (2.4 / 2.5 ms of 4.2 / 4.4 ms for delta /
@@ -114,13 +154,13 @@ the float32 state kernels, plain / decay / delta / gated delta, now 4 / 0 / 0 / 
 
 Status: checked against the float64 oracle in the simulator (where the mma is a warp rendezvous that computes
 the tile product from every lane's fragments), compiled and assembled for sm_90, in the GPU test tier on the
-H200, and timed there by the bench: faster than r3 for every recurrence at the standard shape until r3's split
-schedule overlapped its copies with its products (13250cf, ``cp.async``: r3's docstring); in one run since, r3
-takes 1.51 / 1.67 ms and r6 1.67 / 1.77 ms for plain / decay (``figures/data/probes/h200_r3_r6_2b38aa1.json``), so
-``auto`` picks r3 for the additive recurrences (r1 stays faster for the delta family). Still slower than fla's
-TF32 chunk kernels: 3xTF32 triples the tensor-core work, and neither its state walk nor its output kernel overlaps
-its loads with its products (fla's Triton kernels pipeline them; r3's split kernels now do, and the same copies
-are the next step here).
+H200 (last at d8b443d, before the pipelined output kernel; that kernel since was checked on the H200 by the
+bench's oracle check and by compute-sanitizer, ``figures/data/h200_sanitize_par_45bc923.txt``), and timed there by
+the bench: faster than r3 for every recurrence at the standard shape until r3's split schedule overlapped its
+copies with its products (13250cf, ``cp.async``: r3's docstring), and ahead again for plain and decay with the
+pipelined output kernel (section above), so ``auto`` picks r6 for the additive recurrences at C >= 32 (r1 stays
+faster for the delta family). Still 1.5x fla's TF32 chunk kernels: 3xTF32 triples the tensor-core work, the
+scores and the state walk run on the FMA units, and the state walk is one block per value tile and head.
 """
 
 from __future__ import annotations
