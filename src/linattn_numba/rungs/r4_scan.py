@@ -198,8 +198,9 @@ before; phase 2 is unchanged (X_i from the chain); phase 3 is r3's output kernel
 exp(lg_c) X_i to the slabs of H_c that they copied once those have landed, before the barrier that publishes
 them (no extra barrier; X_i is one K x V per segment-head, read from L2). Each group of segments (the equal ones,
 the tail, or one batch element at a time) keeps its own ``hs`` from phase 1 to phase 3 (scratch tagged by group).
-With one segment (the standard shape) r4 is then r3's forward, which is faster there than the default engine r6
-for the additive family (README's table). Where r3's split schedule cannot run (float16, rows that 128-bit copies
+With one segment (the standard shape) r4 was then r3's forward, faster there than the default engine r6 for
+the additive family until 8baed37; since, it is r6's forward where r6's pipelined output kernel runs (last
+paragraph). Where r3's split schedule cannot run (float16, rows that 128-bit copies
 cannot take, ``hs`` over ``r3.SPLIT_MAX_BYTES``: ``r3.split_deferred_fits``) phase 3 stays on r1.
 
 Measured (H200, B1 T1048576 H2 K=V=128, decay, fp32, oracle-checked on two heads, fla in the same process,
