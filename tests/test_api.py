@@ -211,11 +211,12 @@ def test_no_gpu_message_without_simulator():
 
 
 def test_auto_uses_the_scan_for_few_heads_and_many_chunks(monkeypatch):
-    """rung="auto" passes B and H: one head over 5 chunks picks r4 (2 segments), and the result is the oracle's."""
+    """rung="auto" passes B and H: one head over 10 chunks picks r4 (2 segments), and the result is the oracle's.
+    (C = 32: blocks of 64 threads, a quarter of C = 64's simulated threads.)"""
     from linattn_numba import api, rungs
 
     B, T, H, K, V = 1, 300, 1, 8, 8
-    assert la.auto_rung(T, K, V, "decay", B=B, H=H) == "scan"
+    assert la.auto_rung(T, K, V, "decay", 32, B=B, H=H) == "scan"
     used = []
     real = rungs.module
 
@@ -226,7 +227,7 @@ def test_auto_uses_the_scan_for_few_heads_and_many_chunks(monkeypatch):
     monkeypatch.setattr(api.rungs, "module", spy)
     inp = make_inputs(B, T, H, K, V, "decay", initial_state=True, seed=2)
     o, ht = la.attention(inp["q"], inp["k"], inp["v"], inp["g"], initial_state=inp["initial_state"],
-                         output_final_state=True)
+                         output_final_state=True, chunk_size=32)
     assert "scan" in used
     o_ref, h_ref = reference.recurrent(inp["q"], inp["k"], inp["v"], inp["g"], initial_state=inp["initial_state"])
     assert rel_err(o, o_ref) <= TOL_FP32 and rel_err(ht, h_ref) <= TOL_FP32
