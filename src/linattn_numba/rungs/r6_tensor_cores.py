@@ -1232,7 +1232,8 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, p
 
     As r3: ``o=None`` means "state only" (``ht`` must be given; for the delta family ``h0`` / ``ht`` may then be
     wider than ``v``: :func:`linattn_numba.rungs.r3_shared.wide_state_columns`); ``chunk_size=None`` uses
-    ``DEFAULT_CHUNK``; ``h0`` and ``ht`` may be the same array. ``bv`` overrides the value-tile width;
+    ``DEFAULT_CHUNK``; ``h0`` and ``ht`` may be the same array. ``bv`` overrides the value-tile width of this
+    rung's state kernel (not of r3's, which the split schedule runs by default: :data:`SPLIT_STATE`);
     ``precision`` is "3xtf32" (float32 accuracy, the default :data:`PRECISION`) or "tf32" (one TF32 product per
     tile step); ``intra`` picks the fused schedule's intra kernel (:data:`INTRAS`; default :data:`INTRA` for the
     additive family, :data:`INTRA_DELTA` for the delta family). ``schedule``: "fused" (intra, then the state
