@@ -264,10 +264,12 @@ def test_split_output_kernels(recurrence, monkeypatch):
     """Phase 3 on r6's pipelined output kernel (``SPLIT_OUT`` "tensor_cores", the default where it fits: C >= 32)
     with the deferred start state added to the slabs it copies, and on r3's: both against the oracle and each
     other, over unequal segments (100 tokens in 3 segments: 32 + 32 + 36) at K' = 16 (slabs of 16 rows) and, for
-    decay, K' = 32 with two value passes; at C = 16 r3's kernel runs whatever SPLIT_OUT says. One segment where r6's
+    decay, K' = 32 with two value passes (there also with r3.X_PREFETCH "l1"); at C = 16 r3's kernel runs whatever
+    SPLIT_OUT says. One segment where r6's
     kernel fits is r6's forward. An unknown SPLIT_OUT is refused."""
     if "tensor_cores" not in rungs.RUNGS:
         pytest.skip("rung tensor_cores not registered")
+    from linattn_numba.rungs import r3_shared as r3
     from linattn_numba.rungs import r6_tensor_cores as r6
 
     assert r4.SPLIT_OUT == "tensor_cores"
@@ -283,6 +285,12 @@ def test_split_output_kernels(recurrence, monkeypatch):
             o_r3, h_r3 = check(inp, num_segments=3, C=32)
         monkeypatch.setattr(r4, "SPLIT_OUT", "tensor_cores")
         assert made == [] and rel_err(o_tc, o_r3) <= TOL_FP32 and rel_err(h_tc, h_r3) <= TOL_FP32
+        if V > 64:  # two value passes: r3.X_PREFETCH's L1 prefetch of X in r6's kernel (its pieces of each pass)
+            monkeypatch.setattr(r3, "X_PREFETCH", "l1")
+            with kernels_made(r6, "_out_pipe_kernel") as made:
+                o_l1, _ = check(inp, num_segments=3, C=32)
+            monkeypatch.setattr(r3, "X_PREFETCH", "none")
+            assert [args[5] for args, _, _ in made] == [True, True] and rel_err(o_l1, o_tc) <= TOL_FP32
     inp = make_inputs(1, 40, 1, 8, 12, recurrence, initial_state=True, seed=3)
     with kernels_made(r6, "_out_pipe_kernel") as made:
         check(inp, num_segments=3)  # C = 16

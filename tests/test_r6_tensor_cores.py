@@ -343,7 +343,7 @@ def test_pipelined_output_kernel(state, T, chunk, K, V, recs, staged, monkeypatc
         assert r6.out_pipe_fits(K, V, chunk, False, True, True)
         with kernels_made(r6, "_out_pipe_kernel") as made:
             o_p, h_p = run(inp, chunk, schedule="split")
-        assert [args for args, _, _ in made] == [(chunk, r3.padded_k(K), rec == "decay", False, True)]
+        assert [args for args, _, _ in made] == [(chunk, r3.padded_k(K), rec == "decay", False, True, False)]
         o_ref, h_ref = oracle(inp)
         assert rel_err(o_p, o_ref) <= TOL_FP32 and rel_err(h_p, h_ref) <= TOL_FP32
         if staged:
@@ -362,7 +362,7 @@ def test_pipelined_output_kernel_tf32_and_checks():
     o_ref, _ = oracle(inp)
     with kernels_made(r6, "_out_pipe_kernel") as made:
         o1, _ = run(inp, 32, schedule="split", precision="tf32")
-    assert [args[-1] for args, _, _ in made] == [False]  # three = False
+    assert [args[4] for args, _, _ in made] == [False]  # three = False
     assert 20 * TOL_FP32 < rel_err(o1, o_ref) < 1e-2
     assert not r6.out_pipe_fits(8, 12, 16, False, True, True)
     with kernels_made(r6, "_out_pipe_kernel") as made:

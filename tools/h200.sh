@@ -20,6 +20,9 @@
 #     pipe_bench  r6's split schedule with each output kernel (pipelined, staged), per kernel (plain, decay); then the
 #               bench of r3, r4 and r6 beside fla's chunk kernel (plain, decay; the standard shape)
 #     std_additive  pipe_bench's bench alone
+#     x_prefetch  r6's split schedule (pipelined output kernel) and r3's, per kernel (plain, decay; the standard
+#               shape), then r4 at the long decay shape with r3.X_PREFETCH none / l1 x r3.SPLIT_BV 32 / 64 x the
+#               model's segment count times 1, 0.5, 2 (h200_r4_x_prefetch_<sha>.json)
 #     r6_delta  r6's intra kernels for the delta family (r3's, tensor cores), per kernel; then the bench of r1 and r6
 #               for all four recurrences beside fla's chunk kernels (the standard shape)
 #     long_engines  r4 at the two long-context shapes with each engine (r3 shared, r6 tensor_cores) and fla chunk
@@ -211,6 +214,20 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1
       bench --rungs shared,scan,tensor_cores --recurrences plain,decay --fla chunk --out "$out/h200_r6_pipe_$sha.json" \
         | tee -a "$out/pipe_bench.log" || rc=1;;
+    x_prefetch)
+      timeout 120 python3 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra tensor_cores --schedule split \
+        --precision 3xtf32 --recurrences decay,plain --out "$out/h200_tune_r6_pipe_$sha.json" 2>&1 \
+        | grep -v "NumbaPerformanceWarning\|warn(errors" | tee "$out/x_prefetch.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+      timeout 100 python3 tools/tune_r3.py --rung shared --chunks 64 --bv 32 --schedule split \
+        --recurrences decay,plain --out "$out/h200_tune_r3_split_$sha.json" 2>&1 \
+        | grep -v "NumbaPerformanceWarning\|warn(errors" | tee -a "$out/x_prefetch.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+      timeout 300 python3 tools/r4_engine_probe.py --shape 1,1048576,2,128,128:decay --engines tensor_cores \
+        --ns-factors 1,0.5,2 --vary r3_shared.X_PREFETCH=none,l1 --vary r3_shared.SPLIT_BV=32,64 --no-peers \
+        --out "$out/h200_r4_x_prefetch_$sha.json" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors" \
+        | tee -a "$out/x_prefetch.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     std_additive)
       bench --rungs shared,scan,tensor_cores --recurrences plain,decay --fla chunk --out "$out/h200_r6_pipe_$sha.json" \
         | tee -a "$out/std_additive.log" || rc=1;;

@@ -3,7 +3,7 @@ shapes of issue 4, beside fla's chunk kernel, every r4 run checked against the f
 
     python3 tools/r4_engine_probe.py [--shape B,T,H,K,V:recurrence ...] [--engines shared,tensor_cores]
                                      [--ns-factors 1,0.5,2] [--phase3 default,engine] [--vaug 0,1]
-                                     [--split-out shared,tensor_cores] [--no-peers]
+                                     [--split-out shared,tensor_cores] [--vary MODULE.NAME=a,b ...] [--no-peers]
                                      [--out r4_engines.json]
 
 Default shapes: decay at B1 T1048576 H2 K=V=128 and gated delta at B1 T262144 H2 K=V=128. The segment count is
@@ -41,6 +41,9 @@ def main(argv=None) -> int:
     ap.add_argument("--split-out", default=None,
                     help="r4.SPLIT_OUT values to time (whose output kernel phase 3 runs with r4's split: shared, "
                          "tensor_cores; default r4's)")
+    ap.add_argument("--vary", action="append", default=None,
+                    help="MODULE.NAME=a,b: a rungs module's constant (read at launch) to time at each value "
+                         "(repeatable: every combination; values of digits are set as integers)")
     ap.add_argument("--no-peers", action="store_true", help="skip fla")
     ap.add_argument("--out", default="r4_engines.json")
     args = ap.parse_args(argv)
@@ -85,16 +88,37 @@ def main(argv=None) -> int:
         # one record per engine, phase-3 rung, segment count and phase-1 form
         split_outs = args.split_out.split(",") if args.split_out else [r4.SPLIT_OUT]
         default_split_out = r4.SPLIT_OUT
-        for eng, p3, factor, vaug, sout in [(e, p, f, a, so) for e in engines for p in args.phase3.split(",")
-                                            for f in factors for a in vaugs for so in split_outs]:
+        varied = []  # (module, constant name, values) per --vary
+        for spec in args.vary or ():
+            import importlib
+
+            target, values = spec.split("=", 1)
+            mod_name, vary_name = target.rsplit(".", 1)
+            vary_mod = importlib.import_module(f"linattn_numba.rungs.{mod_name}")
+            if not hasattr(vary_mod, vary_name):
+                raise SystemExit(f"--vary: linattn_numba.rungs.{mod_name} has no {vary_name}")
+            varied.append((vary_mod, vary_name, [int(x) if x.isdigit() else x for x in values.split(",")]))
+        vary_values = [()]  # every combination of the varied constants' values
+        for _, _, values in varied:
+            vary_values = [combo + (x,) for combo in vary_values for x in values]
+        for eng, p3, factor, vaug, sout, var in [(e, p, f, a, so, w) for e in engines for p in args.phase3.split(",")
+                                                 for f in factors for a in vaugs for so in split_outs
+                                                 for w in vary_values]:
             r4.VAUG = vaug
             r4.SPLIT_OUT = sout
+            for (vary_mod, vary_name, _), x in zip(varied, var):
+                setattr(vary_mod, vary_name, x)
             nsf = max(1, round(ns * factor))
             key = f"scan[{eng}]" if p3 == "default" else f"scan[{eng}, phase 3 {p3}]"
             key = key[:-1] + ", vaug]" if vaug else key
             key = key[:-1] + f", split out {sout}]" if args.split_out else key
+            key = key[:-1] + f", ns x{factor:g}]" if len(factors) > 1 else key
+            for (_, vary_name, _), x in zip(varied, var):
+                key = key[:-1] + f", {vary_name}={x}]"
             row = {"key": key, "engine": eng, "phase3": p3, **tag, "num_segments": nsf,
                    "model_num_segments": ns, "vaug": vaug, "split_out": sout}
+            for (_, vary_name, _), x in zip(varied, var):
+                row[vary_name] = x
             try:
                 def fn(eng=eng, nsf=nsf, p3=p3):
                     r4.forward(*fargs, o, None, ht, K**-0.5, 64, engine=eng, num_segments=nsf,

@@ -399,7 +399,7 @@ BV_DEFAULT = 64
 
 # 128-bit loads and stores (moved to linattn_numba.vec so r1's decode step can use them too)
 from ..vec import (cp_async16_at, cp_async_commit, cp_async_wait_all, cp_async_wait_one, ld1, ld4,  # noqa: E402
-                   prefetch_l2, st4)
+                   prefetch_l1, prefetch_l2, st4)
 
 
 @cuda.jit(device=True, inline="always")
@@ -1629,16 +1629,18 @@ def _out_shape(C, KP):
     return min(32, KP, C), 2 * C
 
 
-def _out_layout(C, KP):
-    """Offsets (floats) of :func:`_out_kernel`'s shared arrays, and the total: R (K's rows for the scores, then
-    slab buffers X1 and X2), X0 (slab buffer), Q's rows, Aqk, b. Slabs are [SR, CBW] unpadded: every lane of a
-    warp reads the same slab row at a time (8 consecutive float4: one wavefront). At C = 64, K' = 128 the two
-    slab buffers fit in K's [C, KP + 4] and the block takes 101.6 KB: two blocks per SM."""
+def _out_layout(C, KP, pad=0):
+    """Offsets (floats) of :func:`_out_pipeline`'s shared arrays, and the total: R (K's rows for the scores, then
+    slab buffers X1 and X2), X0 (slab buffer), Q's rows, Aqk, b. Slabs are [SR, CBW + pad]; r3's unpadded: every
+    lane of a warp reads the same slab row at a time (8 consecutive float4: one wavefront). At C = 64, K' = 128 the
+    two slab buffers fit in K's [C, KP + 4] and the block takes 101.6 KB (103.7 KB with r6's pad of 8): two blocks
+    per SM."""
     KS, CS = KP + 4, C + 4
     SR, CBW = _out_shape(C, KP)
+    SW = CBW + pad
     o_r = 0
-    o_x0 = o_r + max(C * KS, 2 * SR * CBW)
-    o_q = o_x0 + SR * CBW
+    o_x0 = o_r + max(C * KS, 2 * SR * SW)
+    o_q = o_x0 + SR * SW
     o_aqk = o_q + C * KS
     o_b = o_aqk + C * CS
     return o_r, o_x0, o_q, o_aqk, o_b, o_b + C
@@ -1762,11 +1764,113 @@ def _mm_4x8(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
         _mm_4x8_step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 12)
 
 
+X_PREFETCHES = ("none", "l1")
+X_PREFETCH = "none"  # the pipelined output kernel with the deferred start state: "l1" asks L1 for the next slab's
+# pieces of X a slab ahead (_x_prefetcher), "none" does not. Read when _split_launches makes its output kernel
+
+
+def x_prefetch() -> bool:
+    """:data:`X_PREFETCH` checked: True for ``"l1"``."""
+    if X_PREFETCH not in X_PREFETCHES:
+        raise ValueError(f"rung {NAME!r}: X_PREFETCH must be one of {X_PREFETCHES}, got {X_PREFETCH!r}")
+    return X_PREFETCH == "l1"
+
+
 @functools.lru_cache(maxsize=None)
-def _out_kernel(C, KP, has_g, has_x=False):
-    """The split schedule's output, one chunk of one head per block (fla's ``chunk_fwd_o``), its copies overlapped
-    with its products: ``O = scale (diag(gamma) Q S_c + Aqk V)`` with S_c the chunk's starting state, written by
-    the state kernel (``store``) to ``hs``.
+def _x_prefetcher(ROWS, COLS, NTH):
+    """For the pieces of ``x[b, h]`` that :func:`_rows_adder` (same sizes) will have a thread load: ``prefetch.L1``
+    of each (rows r0 + t < ``rlim``, columns c0 + d < ``clim``), so that those loads, made once a slab has landed
+    and just before the barrier that publishes it, find their lines in L1, not L2 (no registers held meanwhile)."""
+    QPR = COLS // 4
+    RSTEP = NTH // QPR
+    J = cdiv(ROWS, RSTEP)
+
+    def prefetch(x, b, h, r0, rlim, c0, clim, tid):
+        d = 4 * (tid % QPR)
+        tf = tid // QPR
+        if c0 + d < clim:
+            for j in range(J):
+                r = r0 + tf + j * RSTEP
+                if r < rlim:
+                    prefetch_l1(x, (b, h, r, c0 + d))
+
+    return cuda.jit(device=True, inline="always")(prefetch)
+
+
+@functools.lru_cache(maxsize=None)
+def _out_fma_products(C, KP):
+    """The product steps of r3's output kernel (:func:`_out_pipeline`'s ``products``), on the FMA units: one 4 x 8
+    accumulator tile a thread (:func:`_mm_4x8`).
+
+    Thread map: tile (rr, cc) by :func:`_quad_map` (a warp: 4 tile rows x 8 tile columns). Rows
+    ``4 rr + ((i + 2 ((rr >> 1) & 1)) & 3)``: the four rows a warp reads in one 128-bit load of A fall in distinct
+    bank groups (rows 4 apart would pair up at a row stride of 33 float4, K' + 4 or C + 4 floats); columns
+    ``c0 + 0..3`` and ``c0 + HB + 0..3``: 8 lanes read 8 consecutive float4 of a slab row. ``ctx``: the rows
+    (0..3), c0 (4) and the warp's last row + 1 (5: Aqk is zero past it)."""
+    C4 = C // 4
+    WIDE = C4 % 8 == 0
+    CG = min(8, C4)  # tile columns per column group of a warp
+    HB = 4 * CG
+    KS, CS = KP + 4, C + 4
+    SR, CBW = _out_shape(C, KP)
+    _, _, O_Q, O_AQK, O_B, _ = _out_layout(C, KP)
+
+    @cuda.jit(device=True, inline="always")
+    def fma_setup(ctx, tid):
+        rr, cc = _quad_map(tid, C4, WIDE)
+        sh = 2 * ((rr >> 1) & 1)
+        for i in range(4):
+            ctx[i] = 4 * rr + ((i + sh) & 3)
+        ctx[4] = 2 * HB * (cc // CG) + 4 * (cc % CG)
+        ctx[5] = 4 * (rr - rr % 4) + 16
+
+    @cuda.jit(device=True, inline="always")
+    def fma_state(sm, acc, ctx, off, s):
+        _mm_4x8(sm, acc, O_Q + s * SR, KS, ctx, off, CBW, ctx[4], HB, SR)
+
+    @cuda.jit(device=True, inline="always")
+    def fma_gate(sm, acc, ctx):
+        for i in range(4):
+            gr = math.exp(sm[O_B + ctx[i]])  # gamma_t = exp(b_t) <= 1
+            for e in range(8):
+                acc[8 * i + e] *= gr
+
+    @cuda.jit(device=True, inline="always")
+    def fma_value(sm, acc, ctx, off, sv):
+        kd = min(SR, ctx[5] - sv)
+        if kd > 0:
+            _mm_4x8(sm, acc, O_AQK + sv, CS, ctx, off, CBW, ctx[4], HB, kd)
+
+    @cuda.jit(device=True, inline="always")
+    def fma_store(o, acc, ctx, b, h, t0, n, col, V, scale):
+        for i in range(4):
+            rw = ctx[i]
+            if rw < n:
+                for u in range(2):
+                    cu = col + ctx[4] + u * HB
+                    e = 8 * i + 4 * u
+                    if cu < V:  # V a multiple of 4: the whole quad
+                        st4(o, (b, t0 + rw, h, cu), (scale * acc[e], scale * acc[e + 1], scale * acc[e + 2],
+                                                     scale * acc[e + 3]))
+
+    return fma_setup, fma_state, fma_gate, fma_value, fma_store
+
+
+OUT_CTX = 10  # integers of a thread's map in _out_pipeline (the products' setup fills what they use)
+
+
+def _out_pipeline(C, KP, has_g, has_x, products, pad=0, xpre=False):
+    """The split schedule's output kernel, one chunk of one head per block (fla's ``chunk_fwd_o``), its copies
+    overlapped with its products: ``O = scale (diag(gamma) Q S_c + Aqk V)`` with S_c the chunk's starting state,
+    written by the state kernel (``store``) to ``hs``. The copies, slabs, buffers and barriers are here; the
+    products are ``products`` = (setup, state, gate, value, store), inline device functions on a thread's 32
+    accumulators ``acc`` and :data:`OUT_CTX` integers ``ctx`` (its map, which ``setup(ctx, tid)`` fills):
+    ``state(sm, acc, ctx, off, s)`` adds Q's columns of slab s times the slab at ``off``, ``gate(sm, acc, ctx)``
+    scales rows by gamma_t, ``value(sm, acc, ctx, off, sv)`` adds Aqk's columns sv .. sv + SR times the value slab at
+    ``off``, ``store(o, acc, ctx, b, h, t0, n, col, V, scale)`` writes the pass. r3's are
+    :func:`_out_fma_products` (:func:`_out_kernel`), r6's the same products on the tensor cores
+    (``r6_tensor_cores._out_pipe_kernel``). ``pad``: floats after every slab row (r6's B fragments read down 4 slab
+    rows: 8 floats keep them conflict-free).
 
     K's and Q's rows arrive by ``cp.async`` (:func:`_rows_copier`), then the scores (:func:`_scores`) run while
     the first slab of S_c arrives. After them everything streams in slabs of SR rows x CBW columns through three
@@ -1781,28 +1885,23 @@ def _out_kernel(C, KP, has_g, has_x=False):
     are known only after every segment's walk) and lg_c the log decay before chunk c (``lg``; 0 without g): each
     thread adds exp(lg_c) X to the pieces of S_c's slabs that it copied once they have landed
     (:func:`_rows_adder`), before the barrier that publishes the slab. X is read from L2 (one [K, V] per head,
-    shared by the sequence's every chunk).
-
-    Thread map: 4 x 8 accumulator tiles, tile (rr, cc) by :func:`_quad_map` (a warp: 4 tile rows x 8 tile
-    columns). Rows ``4 rr + ((i + 2 ((rr >> 1) & 1)) & 3)``: the four rows a warp reads in one 128-bit load of A
-    fall in distinct bank groups (rows 4 apart would pair up at a row stride of 33 float4, K' + 4 or C + 4 floats);
-    columns ``c0 + 0..3`` and ``c0 + HB + 0..3``: 8 lanes read 8 consecutive float4 of a slab row. Sizes as
-    :func:`split_fits` asks (every size a constant)."""
+    shared by the sequence's every chunk); ``xpre`` asks L1 for slab j + 1's pieces while slab j is multiplied
+    (:func:`_x_prefetcher`, :data:`X_PREFETCH`). Sizes as :func:`split_fits` asks (every size a constant)."""
     C4 = C // 4
     NTH = C4 * C4
-    WIDE = C4 % 8 == 0
-    CG = min(8, C4)  # tile columns per column group of a warp
     KS, CS = KP + 4, C + 4
     SR, CBW = _out_shape(C, KP)
-    HB = 4 * CG
+    SW = CBW + pad
     NSS = KP // SR  # slabs of S_c per pass
     NSP = NSS + C // SR  # slabs per pass
-    SL = SR * CBW
-    O_R, O_X0, O_Q, O_AQK, O_B, _ = _out_layout(C, KP)
+    SL = SR * SW
+    O_R, O_X0, O_Q, O_AQK, O_B, _ = _out_layout(C, KP, pad)
     cp_rows = _rows_copier(C, KP, NTH, False)  # K, Q
     cp_val = _rows_copier(SR, CBW, NTH, False)  # a value slab
     cp_state = _rows_copier(SR, CBW, NTH, True)  # a slab of S_c's rows from hs
     add_x = _rows_adder(SR, CBW, NTH)  # has_x: exp(lg_c) X added to the thread's own pieces of a slab of S_c
+    pre_x = _x_prefetcher(SR, CBW, NTH)  # xpre: those pieces asked for a slab ahead
+    setup, state_step, gate, value_step, store = products
 
     # Slab j sits in buffer j mod 3 and is slab j mod NSP of pass j // NSP. The loop below keeps these as counters
     # stepped once a slab (and the same for slab j + 1 and j + 3, whose buffer is slab j's): computed from j, the
@@ -1818,10 +1917,10 @@ def _out_kernel(C, KP, has_g, has_x=False):
     def issue(sm, v, hs, b, h, bh, c, t0, n, V, s, col, off, tid):
         """Copy slab s (of the pass from value column ``col``) into the buffer at ``off``."""
         if s < NSS:
-            cp_state(sm, off, CBW, hs, bh, c * KP + s * SR, V, col, tid)
+            cp_state(sm, off, SW, hs, bh, c * KP + s * SR, V, col, tid)
         else:
             sv = (s - NSS) * SR
-            cp_val(sm, off, CBW, v, b, h, t0 + sv, n - sv, V, col, tid)
+            cp_val(sm, off, SW, v, b, h, t0 + sv, n - sv, V, col, tid)
 
     def out(q, k, v, bcum, hs, o, scale, x, lg):
         """Chunk x of head y: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
@@ -1843,6 +1942,8 @@ def _out_kernel(C, KP, has_g, has_x=False):
         cp_async_commit()
         issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[0], COL0[0], buf(0), tid)  # slab 0 into X0: lands during the scores
         cp_async_commit()
+        if has_x and xpre:
+            pre_x(x, b, h, 0, K, 0, V, tid)  # slab 0's pieces of X: added after the scores
         cp_async_wait_one()
         cuda.syncthreads()  # K's and Q's rows and b in place
         _scores(sm, O_R, O_Q, O_AQK, O_AQK, O_B, O_B, KS, CS, C4, KP, tid, has_g, False, True)
@@ -1851,21 +1952,16 @@ def _out_kernel(C, KP, has_g, has_x=False):
         if has_x:
             if has_g:
                 w = math.exp(lg[bh, c])  # the decay since the sequence start: <= 1
-            add_x(sm, buf(0), CBW, x, b, h, 0, K, 0, V, w, tid)  # slab 0: S_c's first SR rows, pass 0
-        cuda.syncthreads()  # Aqk complete, slab 0 in place; K's rows are read: X1, X2 take slabs 1, 2
+            add_x(sm, buf(0), SW, x, b, h, 0, K, 0, V, w, tid)  # slab 0: S_c's first SR rows, pass 0
+        cuda.syncthreads()  # Aqk complete (zero above the diagonal), slab 0 in place; K's rows are read: X1, X2 free
         if NSL > 1:
             issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[1], COL0[1], buf(1), tid)
         cp_async_commit()
         if NSL > 2:
             issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[2], COL0[2], buf(2), tid)
         cp_async_commit()
-        rr, cc = _quad_map(tid, C4, WIDE)
-        ra = cuda.local.array(4, types.int32)
-        sh = 2 * ((rr >> 1) & 1)
-        for i in range(4):
-            ra[i] = 4 * rr + ((i + sh) & 3)
-        c0 = 2 * HB * (cc // CG) + 4 * (cc % CG)
-        kmax = 4 * (rr - rr % 4) + 16  # the warp's last row + 1: Aqk is zero past it
+        ctx = cuda.local.array(OUT_CTX, types.int32)  # constant indices only: registers
+        setup(ctx, tid)
         acc = cuda.local.array(32, float32)
         for e in range(32):
             acc[e] = float32(0.0)
@@ -1879,34 +1975,22 @@ def _out_kernel(C, KP, has_g, has_x=False):
             r1 = r + 1 if r < 2 else 0
             s1 = s + 1 if s < NSP - 1 else 0  # slab j + 1 within its pass
             col1 = col if s < NSP - 1 else col + CBW
+            if has_x and xpre and s1 < NSS and j + 1 < NSL:
+                pre_x(x, b, h, s1 * SR, K, col1, V, tid)  # slab j + 1's pieces of X, added after this slab
             if s < NSS:
-                _mm_4x8(sm, acc, O_Q + s * SR, KS, ra, off, CBW, c0, HB, SR)
+                state_step(sm, acc, ctx, off, s)
                 if has_g and s == NSS - 1:
-                    for i in range(4):
-                        gr = math.exp(sm[O_B + ra[i]])  # gamma_t = exp(b_t) <= 1
-                        for e in range(8):
-                            acc[8 * i + e] *= gr
+                    gate(sm, acc, ctx)
             else:
-                sv = (s - NSS) * SR
-                kd = min(SR, kmax - sv)
-                if kd > 0:
-                    _mm_4x8(sm, acc, O_AQK + sv, CS, ra, off, CBW, c0, HB, kd)
+                value_step(sm, acc, ctx, off, (s - NSS) * SR)
                 if s == NSP - 1:
-                    for i in range(4):
-                        rw = ra[i]
-                        if rw < n:
-                            for u in range(2):
-                                cu = col + c0 + u * HB
-                                e = 8 * i + 4 * u
-                                if cu < V:  # V a multiple of 4: the whole quad
-                                    st4(o, (b, t0 + rw, h, cu), (scale * acc[e], scale * acc[e + 1], scale * acc[e + 2],
-                                                                 scale * acc[e + 3]))
+                    store(o, acc, ctx, b, h, t0, n, col, V, scale)
                     for e in range(32):  # the next pass starts from zero (here, not at its first slab: 32 selects
-                        acc[e] = float32(0.0)  # per slab there, 3 % of the kernel's instructions)
+                        acc[e] = float32(0.0)  # per slab there, 3 % of r3's kernel's instructions)
             if j + 1 < NSL:
                 cp_async_wait_one()
                 if has_x and s1 < NSS:
-                    add_x(sm, buf(r1), CBW, x, b, h, s1 * SR, K, col1, V, w, tid)
+                    add_x(sm, buf(r1), SW, x, b, h, s1 * SR, K, col1, V, w, tid)
                 cuda.syncthreads()  # slab j + 1 in place for all; slab j is read: its buffer takes slab j + 3
                 if j + 3 < NSL:
                     issue(sm, v, hs, b, h, bh, c, t0, n, V, s3, col3, off, tid)
@@ -1920,6 +2004,13 @@ def _out_kernel(C, KP, has_g, has_x=False):
     if config.ENABLE_CUDASIM:
         return cuda.jit(out)
     return cuda.jit(out, launch_bounds=(NTH, INTRA_MIN_BLOCKS))
+
+
+@functools.lru_cache(maxsize=None)
+def _out_kernel(C, KP, has_g, has_x=False, xpre=False):
+    """r3's output kernel: :func:`_out_pipeline` with the products on the FMA units (:func:`_out_fma_products`).
+    256 threads at C = 64 (one 4 x 8 tile each), 64 at C = 32, 16 at C = 16."""
+    return _out_pipeline(C, KP, has_g, has_x, _out_fma_products(C, KP), 0, xpre)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -2070,9 +2161,9 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     state-only mode storing S_c to ``hs`` (value tile ``bv`` or :data:`SPLIT_BV`), the output kernel. With ``x``
     (:func:`split_deferred`: ``h0`` is None) the state kernel also stores the log decays ``lg`` and the output
     kernel adds exp(lg_c) x to every S_c. ``tag`` names the scratch buffers (r4 keeps several sets alive).
-    ``out_kernel``: another output kernel with this one's arguments, ``out_kernel(C, KP, has_g, has_x) -> (kernel,
-    shared bytes, threads)`` (r6's on the tensor cores: ``r6_tensor_cores.out_pipe_factory``); None:
-    :func:`_out_kernel`."""
+    ``out_kernel``: another output kernel with this one's arguments, ``out_kernel(C, KP, has_g, has_x, xpre) ->
+    (kernel, shared bytes, threads)`` (r6's on the tensor cores: ``r6_tensor_cores.out_pipe_factory``); None:
+    :func:`_out_kernel`. ``xpre``: with ``x``, :data:`X_PREFETCH` is ``"l1"``."""
     B, T, H, K = q.shape
     V = v.shape[3]
     BH = B * H
@@ -2101,10 +2192,11 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
                   np.float32(scale), hs)
     todo.append(("state", lambda: _launch(kern_s, (cdiv(V, BV), BH), (KP // 4) * (BV // 4), smem_s, stream,
                                           args_s)))
+    xpre = has_x and x_prefetch()
     if out_kernel is None:
-        kern_o, smem_o, nth_o = _out_kernel(C, KP, has_g, has_x), _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
+        kern_o, smem_o, nth_o = _out_kernel(C, KP, has_g, has_x, xpre), _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
     else:
-        kern_o, smem_o, nth_o = out_kernel(C, KP, has_g, has_x)
+        kern_o, smem_o, nth_o = out_kernel(C, KP, has_g, has_x, xpre)
     args_o = (q, k, v, bcum, hs, o, np.float32(scale), or_dummy(x, 4), lg)
     todo.append(("out", lambda: _launch(kern_o, (NC, BH), nth_o, smem_o, stream, args_o)))
     return todo
@@ -2204,6 +2296,8 @@ def compile_targets():
                                                                           has_g).py_func,
                            (x4, x4, s2, s4, a4, s3, s2))
                     yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True).py_func,
+                           (x4, x4, x4, s2, s3, a4, f32, a4, s2))
+                    yield (f"out[{rec},x,l1]", _out_kernel(C, KP, has_g, True, True).py_func,
                            (x4, x4, x4, s2, s3, a4, f32, a4, s2))
     yield ("gates[float32]", _gates_kernel(C).py_func, (array_type(np.float32, 3), s2))
     yield ("gates[float16]", _gates_kernel(C).py_func, (array_type(np.float16, 3), s2))

@@ -174,7 +174,7 @@ from numba import config, cuda, float32, types
 from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
 from ..mma import mma_3xtf32_split, mma_tf32, split_tf32
 from ..reference import RECURRENCES
-from ..vec import cp_async16_at, cp_async_commit, cp_async_wait_all, cp_async_wait_one, ld1, ld4, st2, st4
+from ..vec import ld1, st2
 from . import r3_shared as r3
 from .r3_shared import _chunk_gates, _chunk_prefetcher, _chunk_stager, _rows_stager, _stage_input, _stager_fits
 
@@ -952,20 +952,15 @@ def _out_add_kernel(C, KP, has_g, three):
     return cuda.jit(out, launch_bounds=(NTH, 2))
 
 
+OUT_PAD = 8  # floats after every slab row of the pipelined output kernel (_out_pipe_layout)
+
+
 def _out_pipe_layout(C, KP):
     """``(SW, offsets of R, X0, Q, Aqk, b, total floats)`` of :func:`_out_pipe_kernel`: r3's output-kernel layout
     (``r3._out_layout``) with every slab row padded by 8 floats (SW = 2 C + 8). A B fragment is 4 slab rows x 8
     columns; rows of 2 C = 128 floats all start in bank 0 (a 4-way conflict per load), rows SW apart start 8 banks
     on, so the 32 lanes read 32 banks. 103.7 KB at C = 64, K' = 128: two blocks per SM, as r3's."""
-    KS, CS = KP + 4, C + 4
-    SR, CBW = r3._out_shape(C, KP)
-    SW = CBW + 8
-    o_r = 0
-    o_x0 = o_r + max(C * KS, 2 * SR * SW)
-    o_q = o_x0 + SR * SW
-    o_aqk = o_q + C * KS
-    o_b = o_aqk + C * CS
-    return SW, o_r, o_x0, o_q, o_aqk, o_b, o_b + C
+    return (r3._out_shape(C, KP)[1] + OUT_PAD,) + r3._out_layout(C, KP, OUT_PAD)
 
 
 @cuda.jit(device=True, inline="always")
@@ -1021,194 +1016,128 @@ def out_pipe_fits(K, V, C, delta, out, vin) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _out_pipe_kernel(C, KP, has_g, has_x, three):
-    """r3's pipelined output kernel (``r3._out_kernel``: the same copies, slabs, buffers, barriers and deferred
-    start state) with its two products on the tensor cores: ``acc = Q S_c`` and ``acc += Aqk V`` as ``mma``
-    tiles (:func:`_mma_2x4`), 3xTF32 (``three``) or one TF32 product. The scores stay r3's FMA tiles
-    (:func:`linattn_numba.rungs.r3_shared._scores`: 10 of their 16 sub-tiles, a fifth of the multiply-adds).
-
-    What changed from r3's kernel, and why: r3's products run at ~47 % of the fp32 FMA rate, issue-bound (an
-    ``FFMA`` per multiply-add per lane, plus the shared loads). One ``mma.m16n8k8`` does 1024 multiply-adds; in
-    3xTF32 three of them and 4 split instructions per 8 x 8 B and 8 x 16 A fragment replace 256 ``FFMA`` a warp.
-    The slabs are padded (:func:`_out_pipe_layout`) because a B fragment reads down 4 slab rows.
+def _out_pipe_products(C, KP, three):
+    """r6's product steps for r3's pipelined output kernel (``r3._out_pipeline``'s ``products``): ``acc = Q S_c``
+    and ``acc += Aqk V`` as ``mma`` tiles (:func:`_mma_2x4`), 3xTF32 (``three``) or one TF32 product.
 
     Thread map: per pass of CBW = 2 C value columns the block's output [C, CBW] is (C / 16) x (CBW / 8) tiles of
     16 x 8; warp w takes row blocks p = w mod (C / 32) and C / 16 - 1 - p (the triangular Aqk V is then the same
     work for every warp: block p stops at k = 16 (p + 1), block C / 16 - 1 - p at C - 16 p) and column tiles
     4 (w // (C / 32)) .. + 3. A lane holds 2 x 4 x 4 accumulators (the C fragments: rows g, g + 8 of each row
     block, columns 2 i, 2 i + 1 of each column tile; g = lane // 4, i = lane % 4) and stores each column pair as one
-    64-bit store. 256 threads at C = 64 (8 warps), 64 at C = 32."""
-    C4 = C // 4
-    NTH = C4 * C4
-    NW = NTH // 32
+    64-bit store. ``ctx``: A fragments' offsets of Q (0, 1) and Aqk (2, 3) for the two row blocks, the B fragments'
+    offset in a buffer (4), the row blocks' first rows (5, 6), the first column (7), g (8), i (9)."""
+    NW = (C // 4) ** 2 // 32
     KS, CS = KP + 4, C + 4
     SR, CBW = r3._out_shape(C, KP)
     RB = C // 16
     RP = RB // 2  # row-block pairs
     assert RB % 2 == 0 and NW == RP * (CBW // 32), (C, KP)
-    NSS = KP // SR  # slabs of S_c per pass
-    NSP = NSS + C // SR  # slabs per pass
-    SW, O_R, O_X0, O_Q, O_AQK, O_B, _ = _out_pipe_layout(C, KP)
-    SL = SR * SW
-    cp_rows = r3._rows_copier(C, KP, NTH, False)  # K, Q
-    cp_val = r3._rows_copier(SR, CBW, NTH, False)  # a value slab
-    cp_state = r3._rows_copier(SR, CBW, NTH, True)  # a slab of S_c's rows from hs
-    add_x = r3._rows_adder(SR, CBW, NTH)  # has_x: exp(lg_c) X added to the thread's own pieces of a slab of S_c
-    S0 = tuple(j % NSP for j in range(4))  # slab within its pass of slabs 0 .. 3 (as r3's kernel)
-    COL0 = tuple((j // NSP) * CBW for j in range(4))  # first value column of their passes
+    SW, _, _, O_Q, O_AQK, O_B, _ = _out_pipe_layout(C, KP)
 
     @cuda.jit(device=True, inline="always")
-    def buf(r):
-        return O_X0 if r == 0 else O_R + (r - 1) * SL
-
-    @cuda.jit(device=True, inline="always")
-    def issue(sm, v, hs, b, h, bh, c, t0, n, V, s, col, off, tid):
-        """Copy slab s (of the pass from value column ``col``) into the buffer at ``off``."""
-        if s < NSS:
-            cp_state(sm, off, SW, hs, bh, c * KP + s * SR, V, col, tid)
-        else:
-            sv = (s - NSS) * SR
-            cp_val(sm, off, SW, v, b, h, t0 + sv, n - sv, V, col, tid)
-
-    def out(q, k, v, bcum, hs, o, scale, x, lg):
-        """Chunk x of head y: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
-        T, H, K = q.shape[1], q.shape[2], q.shape[3]
-        V = v.shape[3]
-        sm = cuda.shared.array(0, float32)
-        c = cuda.blockIdx.x
-        bh = cuda.blockIdx.y
-        b = bh // H
-        h = bh % H
-        tid = cuda.threadIdx.x
-        t0 = c * C
-        n = min(C, T - t0)
-        NSL = ((V + CBW - 1) // CBW) * NSP
-        if has_g and tid < C // 4:
-            cp_async16_at(sm, O_B + 4 * tid, bcum, bh * (bcum.strides[0] // 4) + t0 + 4 * tid, 16)
-        cp_rows(sm, O_R, KS, k, b, h, t0, n, K, 0, tid)
-        cp_rows(sm, O_Q, KS, q, b, h, t0, n, K, 0, tid)
-        cp_async_commit()
-        issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[0], COL0[0], buf(0), tid)  # slab 0 into X0: lands during the scores
-        cp_async_commit()
-        cp_async_wait_one()
-        cuda.syncthreads()  # K's and Q's rows and b in place
-        # the scores as r3's FMA tiles: on the tensor cores (_scores_tc) this kernel was slower on the H200 (decay
-        # 1.375 against 1.322 ms for the forward, probes/h200_tune_r6_pipe_2af77ac.json)
-        r3._scores(sm, O_R, O_Q, O_AQK, O_AQK, O_B, O_B, KS, CS, C4, KP, tid, has_g, False, True)
-        cp_async_wait_all()
-        w = float32(1.0)
-        if has_x:
-            if has_g:
-                w = math.exp(lg[bh, c])  # the decay since the sequence start: <= 1
-            add_x(sm, buf(0), SW, x, b, h, 0, K, 0, V, w, tid)  # slab 0: S_c's first SR rows, pass 0
-        cuda.syncthreads()  # Aqk complete (zero above the diagonal), slab 0 in place; K's rows are read: X1, X2 free
-        if NSL > 1:
-            issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[1], COL0[1], buf(1), tid)
-        cp_async_commit()
-        if NSL > 2:
-            issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[2], COL0[2], buf(2), tid)
-        cp_async_commit()
+    def tc_setup(ctx, tid):
         warp = tid // 32
         lane = tid % 32
         g8 = lane // 4
         i4 = lane % 4
         pr0 = 16 * (warp % RP)  # the warp's two row blocks
         pr1 = C - 16 - pr0
-        c0 = 32 * (warp // RP)  # and its 4 column tiles
-        qa0 = O_Q + (pr0 + g8) * KS + i4
-        qa1 = O_Q + (pr1 + g8) * KS + i4
-        pa0 = O_AQK + (pr0 + g8) * CS + i4
-        pa1 = O_AQK + (pr1 + g8) * CS + i4
-        ob = i4 * SW + c0 + g8  # B fragments: slab row i, column c0 + g of a buffer
-        acc = cuda.local.array(32, float32)
-        for e in range(32):
-            acc[e] = float32(0.0)
-        r = 0  # buffer of slab j (0, 1, 2: X0, X1, X2); slab j + 3 goes there too
-        s = 0  # slab j within its pass
-        col = 0  # first value column of slab j's pass
-        s3 = S0[3]  # slab j + 3 within its pass, and its pass's first column
-        col3 = COL0[3]
-        for j in range(NSL):
-            off = buf(r)
-            r1 = r + 1 if r < 2 else 0
-            s1 = s + 1 if s < NSP - 1 else 0  # slab j + 1 within its pass
-            col1 = col if s < NSP - 1 else col + CBW
-            if s < NSS:
-                # the slab's SR / 8 steps written out (SR = 32, or 16 at K' = 16): every load's address is then a base
-                # register plus a constant (as a loop, ptxas kept the loop and rebuilt the addresses every step)
-                ka, kb = qa0 + s * SR, qa1 + s * SR
-                pb = off + ob
-                _mma_2x4(sm, acc, ka, kb, 8 * KS, pb, SW, True, three)
-                _mma_2x4(sm, acc, ka + 8, kb + 8, 8 * KS, pb + 8 * SW, SW, True, three)
-                if SR == 32:
-                    _mma_2x4(sm, acc, ka + 16, kb + 16, 8 * KS, pb + 16 * SW, SW, True, three)
-                    _mma_2x4(sm, acc, ka + 24, kb + 24, 8 * KS, pb + 24 * SW, SW, True, three)
-                if has_g and s == NSS - 1:
-                    for m in range(2):
-                        pr = pr1 if m == 1 else pr0
-                        glo = math.exp(sm[O_B + pr + g8])  # gamma_t = exp(b_t) <= 1: rows g and g + 8
-                        ghi = math.exp(sm[O_B + pr + g8 + 8])
-                        for e in range(4):
-                            acc[16 * m + 4 * e] *= glo
-                            acc[16 * m + 4 * e + 1] *= glo
-                            acc[16 * m + 4 * e + 2] *= ghi
-                            acc[16 * m + 4 * e + 3] *= ghi
-            else:
-                sv = (s - NSS) * SR
-                ka, kb = pa0 + sv, pa1 + sv
-                pb = off + ob
-                # Aqk's row block pr1 is zero from column pr1 + 16 on, pr0's from pr0 + 16 (pr0 < pr1): steps, or
-                # row block pr0's part of them, past that are skipped (pairs of steps: SR and pr multiples of 16)
-                if sv < pr1 + 16:
-                    _mma_2x4(sm, acc, ka, kb, 8 * CS, pb, SW, sv < pr0 + 16, three)
-                    _mma_2x4(sm, acc, ka + 8, kb + 8, 8 * CS, pb + 8 * SW, SW, sv < pr0 + 16, three)
-                if SR == 32 and sv + 16 < pr1 + 16:
-                    _mma_2x4(sm, acc, ka + 16, kb + 16, 8 * CS, pb + 16 * SW, SW, sv + 16 < pr0 + 16, three)
-                    _mma_2x4(sm, acc, ka + 24, kb + 24, 8 * CS, pb + 24 * SW, SW, sv + 16 < pr0 + 16, three)
-                if s == NSP - 1:
-                    for m in range(2):
-                        pr = pr1 if m == 1 else pr0
-                        for hi in range(2):
-                            rw = pr + g8 + 8 * hi
-                            if rw < n:
-                                for e in range(4):
-                                    cu = col + c0 + 8 * e + 2 * i4
-                                    f = 16 * m + 4 * e + 2 * hi
-                                    if cu < V:  # V a multiple of 4: the whole pair
-                                        st2(o, (b, t0 + rw, h, cu), (scale * acc[f], scale * acc[f + 1]))
-                    for e in range(32):  # the next pass starts from zero
-                        acc[e] = float32(0.0)
-            if j + 1 < NSL:
-                cp_async_wait_one()
-                if has_x and s1 < NSS:
-                    add_x(sm, buf(r1), SW, x, b, h, s1 * SR, K, col1, V, w, tid)
-                cuda.syncthreads()  # slab j + 1 in place for all; slab j is read: its buffer takes slab j + 3
-                if j + 3 < NSL:
-                    issue(sm, v, hs, b, h, bh, c, t0, n, V, s3, col3, off, tid)
-                cp_async_commit()
-            r = r1
-            s = s1
-            col = col1
-            col3 = col3 if s3 < NSP - 1 else col3 + CBW
-            s3 = s3 + 1 if s3 < NSP - 1 else 0
+        ctx[0] = O_Q + (pr0 + g8) * KS + i4
+        ctx[1] = O_Q + (pr1 + g8) * KS + i4
+        ctx[2] = O_AQK + (pr0 + g8) * CS + i4
+        ctx[3] = O_AQK + (pr1 + g8) * CS + i4
+        ctx[4] = i4 * SW + 32 * (warp // RP) + g8  # B fragments: slab row i, column c0 + g of a buffer
+        ctx[5] = pr0
+        ctx[6] = pr1
+        ctx[7] = 32 * (warp // RP)  # and its 4 column tiles
+        ctx[8] = g8
+        ctx[9] = i4
 
-    if config.ENABLE_CUDASIM:
-        return cuda.jit(out)
-    return cuda.jit(out, launch_bounds=(NTH, r3.INTRA_MIN_BLOCKS))
+    @cuda.jit(device=True, inline="always")
+    def tc_state(sm, acc, ctx, off, s):
+        # the slab's SR / 8 steps written out (SR = 32, or 16 at K' = 16): every load's address is then a base
+        # register plus a constant (as a loop, ptxas kept the loop and rebuilt the addresses every step)
+        ka, kb = ctx[0] + s * SR, ctx[1] + s * SR
+        pb = off + ctx[4]
+        _mma_2x4(sm, acc, ka, kb, 8 * KS, pb, SW, True, three)
+        _mma_2x4(sm, acc, ka + 8, kb + 8, 8 * KS, pb + 8 * SW, SW, True, three)
+        if SR == 32:
+            _mma_2x4(sm, acc, ka + 16, kb + 16, 8 * KS, pb + 16 * SW, SW, True, three)
+            _mma_2x4(sm, acc, ka + 24, kb + 24, 8 * KS, pb + 24 * SW, SW, True, three)
+
+    @cuda.jit(device=True, inline="always")
+    def tc_gate(sm, acc, ctx):
+        g8 = ctx[8]
+        for m in range(2):
+            pr = ctx[6] if m == 1 else ctx[5]
+            glo = math.exp(sm[O_B + pr + g8])  # gamma_t = exp(b_t) <= 1: rows g and g + 8
+            ghi = math.exp(sm[O_B + pr + g8 + 8])
+            for e in range(4):
+                acc[16 * m + 4 * e] *= glo
+                acc[16 * m + 4 * e + 1] *= glo
+                acc[16 * m + 4 * e + 2] *= ghi
+                acc[16 * m + 4 * e + 3] *= ghi
+
+    @cuda.jit(device=True, inline="always")
+    def tc_value(sm, acc, ctx, off, sv):
+        ka, kb = ctx[2] + sv, ctx[3] + sv
+        pb = off + ctx[4]
+        pr0, pr1 = ctx[5], ctx[6]
+        # Aqk's row block pr1 is zero from column pr1 + 16 on, pr0's from pr0 + 16 (pr0 < pr1): steps, or row block
+        # pr0's part of them, past that are skipped (pairs of steps: SR and pr multiples of 16)
+        if sv < pr1 + 16:
+            _mma_2x4(sm, acc, ka, kb, 8 * CS, pb, SW, sv < pr0 + 16, three)
+            _mma_2x4(sm, acc, ka + 8, kb + 8, 8 * CS, pb + 8 * SW, SW, sv < pr0 + 16, three)
+        if SR == 32 and sv + 16 < pr1 + 16:
+            _mma_2x4(sm, acc, ka + 16, kb + 16, 8 * CS, pb + 16 * SW, SW, sv + 16 < pr0 + 16, three)
+            _mma_2x4(sm, acc, ka + 24, kb + 24, 8 * CS, pb + 24 * SW, SW, sv + 16 < pr0 + 16, three)
+
+    @cuda.jit(device=True, inline="always")
+    def tc_store(o, acc, ctx, b, h, t0, n, col, V, scale):
+        g8, i4 = ctx[8], ctx[9]
+        for m in range(2):
+            pr = ctx[6] if m == 1 else ctx[5]
+            for hi in range(2):
+                rw = pr + g8 + 8 * hi
+                if rw < n:
+                    for e in range(4):
+                        cu = col + ctx[7] + 8 * e + 2 * i4
+                        f = 16 * m + 4 * e + 2 * hi
+                        if cu < V:  # V a multiple of 4: the whole pair
+                            st2(o, (b, t0 + rw, h, cu), (scale * acc[f], scale * acc[f + 1]))
+
+    return tc_setup, tc_state, tc_gate, tc_value, tc_store
+
+
+@functools.lru_cache(maxsize=None)
+def _out_pipe_kernel(C, KP, has_g, has_x, three, xpre=False):
+    """r3's pipelined output kernel (``r3._out_pipeline``: the same copies, slabs, buffers, barriers and deferred
+    start state as r3's ``_out_kernel``) with its two products on the tensor cores (:func:`_out_pipe_products`),
+    slab rows padded (:func:`_out_pipe_layout`: a B fragment reads down 4 slab rows). The scores stay r3's FMA tiles
+    (``r3._scores``: 10 of their 16 sub-tiles, a fifth of the multiply-adds): on the tensor cores (:func:`_scores_tc`)
+    this kernel was slower on the H200 (decay 1.375 against 1.322 ms for the forward,
+    ``probes/h200_tune_r6_pipe_2af77ac.json``).
+
+    What changed from r3's kernel, and why: r3's products run at ~47 % of the fp32 FMA rate, issue-bound (an
+    ``FFMA`` per multiply-add per lane, plus the shared loads). One ``mma.m16n8k8`` does 1024 multiply-adds; in
+    3xTF32 three of them and 4 split instructions per 8 x 8 B and 8 x 16 A fragment replace 256 ``FFMA`` a warp.
+    256 threads at C = 64 (8 warps), 64 at C = 32. ``xpre``: ``r3.X_PREFETCH``."""
+    return r3._out_pipeline(C, KP, has_g, has_x, _out_pipe_products(C, KP, three), OUT_PAD, xpre)
 
 
 def out_pipe_factory(precision=None):
     """The output kernel that r3's split schedule launches (``r3._split_launches``' ``out_kernel``) when r6's
-    pipelined tensor-core kernel is to replace r3's FMA one: ``make(C, KP, has_g, has_x) -> (kernel, shared bytes,
-    threads)``. ``precision`` as :func:`forward`'s."""
+    pipelined tensor-core kernel is to replace r3's FMA one: ``make(C, KP, has_g, has_x, xpre=False) -> (kernel,
+    shared bytes, threads)``. ``precision`` as :func:`forward`'s."""
     precision = PRECISION if precision is None else precision
     if precision not in PRECISIONS:
         raise ValueError(f"rung {NAME!r}: precision must be one of {PRECISIONS}, got {precision!r}")
     three = precision == "3xtf32"
 
-    def make(C, KP, has_g, has_x):
+    def make(C, KP, has_g, has_x, xpre=False):
         smem = _out_pipe_layout(C, KP)[-1] * np.dtype(np.float32).itemsize
-        return _out_pipe_kernel(C, KP, has_g, has_x, three), smem, (C // 4) ** 2
+        return _out_pipe_kernel(C, KP, has_g, has_x, three, xpre), smem, (C // 4) ** 2
 
     return make
 
@@ -1374,8 +1303,11 @@ def compile_targets():
                            (x4, x4, x4, s2, s3, s3, s3, s3, a4, a4, s4, f32, s3))
                     yield (f"out_tc[{rec}]", _out_add_kernel(C, KP, has_g, True).py_func, (x4, x4, x4, s2, s3, a4, f32))
                     # the pipelined output kernel: 3xTF32 and TF32, and with the deferred start state (r4's phase 3)
-                    for three, x_t, lab in ((True, s4, ""), (False, s4, ",tf32"), (True, a4, ",x")):
-                        yield (f"out_pipe[{rec}{lab}]", _out_pipe_kernel(C, KP, has_g, x_t is a4, three).py_func,
+                    # (and its L1 prefetch of X, r3.X_PREFETCH)
+                    for three, x_t, xpre, lab in ((True, s4, False, ""), (False, s4, False, ",tf32"),
+                                                  (True, a4, False, ",x"), (True, a4, True, ",x,l1")):
+                        yield (f"out_pipe[{rec}{lab}]", _out_pipe_kernel(C, KP, has_g, x_t is a4, three,
+                                                                         xpre).py_func,
                                (x4, x4, x4, s2, s3, a4, f32, x_t, s2))
                 else:  # the delta family's tensor-core intra kernel
                     yield (f"intra_tc[{rec}]", _intra_delta_kernel(C, KP, has_g, True).py_func,
