@@ -1,5 +1,5 @@
-"""128-bit loads and stores (and a 64-bit store), L2 and L1 prefetches and asynchronous 16-byte copies, as Numba intrinsics
-(inline LLVM vector ops / PTX).
+"""128-bit loads and stores (and a 64-bit store), L2 and L1 prefetches and asynchronous 16-byte copies, as Numba
+intrinsics (inline LLVM vector ops / PTX).
 
 Introduced by rung r3 ``shared`` (its register-blocked loops read four consecutive floats per operand and step)
 and used by r1's decode step (a streaming copy of the state) and r5; r5 introduced the asynchronous copies, which
