@@ -157,8 +157,8 @@ BV_DEFAULT = 64
 # src/linattn_numba/rungs/r3_shared.py (or with inspect.getsource); the launch code below also uses the package's
 # _launch, _rows_aligned and scratch_buffers. The split schedule's pieces (_gates_kernel, _split_state_kernel,
 # _out_kernel: the slab pipeline _out_pipeline with r3's products _out_fma_products, their copiers _rows_copier /
-# _rows_scaler / _rows_adder and _x_prefetcher / x_prefetch, _split_runs, _split_launches, and split_deferred,
-# r4's phases 1 and 3) are given whole: the exercise's forward runs the fused schedule.
+# _rows_scaler / _rows_adder, _split_runs, _split_launches, and split_deferred, r4's phases 1 and 3) are given
+# whole: the exercise's forward runs the fused schedule.
 # ==========================================================================================================
 from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _chunk_gates,
@@ -198,14 +198,12 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _stage_scratch,
     _stager_fits,
     _store_tile,
-    _x_prefetcher,
     scratch_buffers,
     split_bytes,
     split_deferred,
     split_deferred_fits,
     split_fits,
     wide_state_columns,
-    x_prefetch,
 )
 from linattn_numba.vec import ld1, ld4, prefetch_l2, st4  # noqa: E402,F401
 

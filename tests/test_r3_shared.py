@@ -117,18 +117,16 @@ def test_split_pipelines(monkeypatch, recurrence, T, C, K, V, with_h0):
         run(inp, C, with_h0, True)
 
 
-@pytest.mark.parametrize("recurrence,B,T,C,K,V,xpre", [
-    ("decay", 2, 150, 64, 64, 12, "l1"), ("plain", 1, 45, 16, 40, 36, "l1"), ("decay", 1, 1, 16, 8, 8, "none")],
-    ids=str)
-def test_split_deferred(recurrence, B, T, C, K, V, xpre, monkeypatch):
+@pytest.mark.parametrize("recurrence,B,T,C,K,V", [
+    ("decay", 2, 150, 64, 64, 12), ("plain", 1, 45, 16, 40, 36), ("decay", 1, 1, 16, 8, 8)], ids=str)
+def test_split_deferred(recurrence, B, T, C, K, V):
     """The split schedule with the start state deferred (r4's phases): the state kernel walks from zero, writes
     every chunk's state, the log decays lg and the final state; a start state x given only after that gives, through
     the output kernel (S_c = hs_c + exp(lg_c) x), the output of ``forward`` with h0 = x, and ht is the zero-start
     walk's. x's rows past K (K = 40 in K' = 64) and value columns past V (two passes of 32 at V = 36) are skipped;
     at C = 16 four slabs of S_c a pass land in the loop (the correction at each landing), at C = 64 two, and a
-    short last chunk (T = 150); B = 2 (x per sequence); T = 1. ``xpre``: ``X_PREFETCH`` (the simulator's prefetch
-    raises on an index outside x: the prefetches stay inside it); an unknown value is refused."""
-    monkeypatch.setattr(r3, "X_PREFETCH", xpre)
+    short last chunk (T = 150); B = 2 (x per sequence); T = 1. The output kernel is r3's pipelined one
+    (``_out_kernel``, with the deferred state)."""
     inp = make(B, T, 1, K, V, recurrence, seed=T + K)
     H = 1
     d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
@@ -138,7 +136,7 @@ def test_split_deferred(recurrence, B, T, C, K, V, xpre, monkeypatch):
     assert r3.split_deferred_fits(d["q"], d["k"], d["v"], d["g"], None, o, C)
     with kernels_made(r3, "_out_kernel") as made:
         first, second = r3.split_deferred(d["q"], d["k"], d["v"], d["g"], o, ht, x, K**-0.5, C, tag=".test")
-    assert [args for args, _, _ in made] == [(C, r3.padded_k(K), recurrence == "decay", True, xpre == "l1")]
+    assert [args for args, _, _ in made] == [(C, r3.padded_k(K), recurrence == "decay", True)]
     assert [n for n, _ in first] == (["gates"] if recurrence == "decay" else []) + ["state"]
     assert [n for n, _ in second] == ["out"]
     for _, launch in first:
@@ -160,9 +158,6 @@ def test_split_deferred(recurrence, B, T, C, K, V, xpre, monkeypatch):
     assert not r3.split_deferred_fits(d["q"], d["k"], d["v"], d["g"], None, o16, C)
     with pytest.raises(ValueError, match="cannot run here"):
         r3.split_deferred(d["q"], d["k"], d["v"], d["g"], o16, ht, x, 1.0, C)
-    monkeypatch.setattr(r3, "X_PREFETCH", "l2")
-    with pytest.raises(ValueError, match="X_PREFETCH"):
-        r3.split_deferred(d["q"], d["k"], d["v"], d["g"], o, ht, x, 1.0, C)
 
 
 def test_copy_by_element_offset():

@@ -264,12 +264,10 @@ def test_split_output_kernels(recurrence, monkeypatch):
     """Phase 3 on r6's pipelined output kernel (``SPLIT_OUT`` "tensor_cores", the default where it fits: C >= 32)
     with the deferred start state added to the slabs it copies, and on r3's: both against the oracle and each
     other, over unequal segments (100 tokens in 3 segments: 32 + 32 + 36) at K' = 16 (slabs of 16 rows) and, for
-    decay, K' = 32 with two value passes (there also with r3.X_PREFETCH "l1"); at C = 16 r3's kernel runs whatever
-    SPLIT_OUT says. One segment where r6's
+    decay, K' = 32 with two value passes; at C = 16 r3's kernel runs whatever SPLIT_OUT says. One segment where r6's
     kernel fits is r6's forward. An unknown SPLIT_OUT is refused."""
     if "tensor_cores" not in rungs.RUNGS:
         pytest.skip("rung tensor_cores not registered")
-    from linattn_numba.rungs import r3_shared as r3
     from linattn_numba.rungs import r6_tensor_cores as r6
 
     assert r4.SPLIT_OUT == "tensor_cores"
@@ -285,12 +283,6 @@ def test_split_output_kernels(recurrence, monkeypatch):
             o_r3, h_r3 = check(inp, num_segments=3, C=32)
         monkeypatch.setattr(r4, "SPLIT_OUT", "tensor_cores")
         assert made == [] and rel_err(o_tc, o_r3) <= TOL_FP32 and rel_err(h_tc, h_r3) <= TOL_FP32
-        if V > 64:  # two value passes: r3.X_PREFETCH's L1 prefetch of X in r6's kernel (its pieces of each pass)
-            monkeypatch.setattr(r3, "X_PREFETCH", "l1")
-            with kernels_made(r6, "_out_pipe_kernel") as made:
-                o_l1, _ = check(inp, num_segments=3, C=32)
-            monkeypatch.setattr(r3, "X_PREFETCH", "none")
-            assert [args[5] for args, _, _ in made] == [True, True] and rel_err(o_l1, o_tc) <= TOL_FP32
     inp = make_inputs(1, 40, 1, 8, 12, recurrence, initial_state=True, seed=3)
     with kernels_made(r6, "_out_pipe_kernel") as made:
         check(inp, num_segments=3)  # C = 16
@@ -303,6 +295,36 @@ def test_split_output_kernels(recurrence, monkeypatch):
     monkeypatch.setattr(r4, "SPLIT_OUT", "wmma")
     with pytest.raises(ValueError, match="SPLIT_OUT"):
         run(inp, num_segments=3, C=32)
+
+
+def test_precision(monkeypatch):
+    """``precision`` reaches every r6 kernel r4 runs: "tf32" makes phase 3's pipelined output kernel one TF32 product
+    (three = False; TF32's ~1e-3 error, not float32's) and is passed to r6's forward as the engine (delta, 2
+    segments) and with one segment; the FMA rungs are not given it (r1's phase 3); r4's values are r6's; an
+    unknown value is refused before anything runs."""
+    if "tensor_cores" not in rungs.RUNGS:
+        pytest.skip("rung tensor_cores not registered")
+    from linattn_numba.rungs import r6_tensor_cores as r6
+
+    assert r4.PRECISIONS == r6.PRECISIONS
+    inp = make_inputs(1, 70, 1, 8, 12, "decay", initial_state=True, seed=23)
+    o_ref, _ = oracle(inp)
+    with kernels_made(r6, "_out_pipe_kernel") as made:
+        o1, h1 = run(inp, num_segments=3, C=32, precision="tf32")
+    assert [args[4] for args, _, _ in made] == [False, False]  # both groups of segments: three = False
+    assert 20 * TOL_FP32 < rel_err(o1, o_ref) < 1e-2
+    assert rel_err(h1, oracle(inp)[1]) <= TOL_FP32  # phase 1 is r3's FMA state walk
+    calls = []
+    real = r6.forward
+    monkeypatch.setattr(r6, "forward", lambda *a, **kw: calls.append(kw.get("precision")) or real(*a, **kw))
+    run(inp, num_segments=1, C=32, precision="tf32")
+    assert calls == ["tf32"]
+    calls.clear()
+    dl = make_inputs(1, 40, 1, 8, 8, "delta", initial_state=True, seed=24)
+    run(dl, num_segments=2, C=16, engine="tensor_cores", phase3="recurrent", precision="3xtf32")
+    assert calls == ["3xtf32"]  # phase 1 on r6 (one call for the two equal segments); phase 3 on r1, not given it
+    with pytest.raises(ValueError, match="precision"):
+        run(inp, num_segments=3, C=32, precision="fp16")
 
 
 def test_strided_inputs():

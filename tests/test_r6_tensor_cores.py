@@ -343,7 +343,7 @@ def test_pipelined_output_kernel(state, T, chunk, K, V, recs, staged, monkeypatc
         assert r6.out_pipe_fits(K, V, chunk, False, True, True)
         with kernels_made(r6, "_out_pipe_kernel") as made:
             o_p, h_p = run(inp, chunk, schedule="split")
-        assert [args for args, _, _ in made] == [(chunk, r3.padded_k(K), rec == "decay", False, True, False)]
+        assert [args for args, _, _ in made] == [(chunk, r3.padded_k(K), rec == "decay", False, True)]
         o_ref, h_ref = oracle(inp)
         assert rel_err(o_p, o_ref) <= TOL_FP32 and rel_err(h_p, h_ref) <= TOL_FP32
         if staged:

@@ -3,7 +3,8 @@ shapes of issue 4, beside fla's chunk kernel, every r4 run checked against the f
 
     python3 tools/r4_engine_probe.py [--shape B,T,H,K,V:recurrence ...] [--engines shared,tensor_cores]
                                      [--ns-factors 1,0.5,2] [--phase3 default,engine] [--vaug 0,1]
-                                     [--split-out shared,tensor_cores] [--vary MODULE.NAME=a,b ...] [--tol 1e-4] [--no-peers]
+                                     [--split-out shared,tensor_cores] [--vary MODULE.NAME=a,b ...]
+                                     [--precisions 3xtf32,tf32] [--tol 1e-4] [--no-peers]
                                      [--out r4_engines.json]
 
 Default shapes: decay at B1 T1048576 H2 K=V=128 and gated delta at B1 T262144 H2 K=V=128. The segment count is
@@ -44,6 +45,9 @@ def main(argv=None) -> int:
     ap.add_argument("--vary", action="append", default=None,
                     help="MODULE.NAME=a,b: a rungs module's constant (read at launch) to time at each value "
                          "(repeatable: every combination; values of digits are set as integers)")
+    ap.add_argument("--precisions", default=None,
+                    help="r4.forward's precision values to time (3xtf32, tf32: the products of r6's kernels; default "
+                         "r4's own)")
     ap.add_argument("--tol", type=float, default=1e-4,
                     help="the largest relative error against the oracle a run may have (default 1e-4; TF32 runs ~1e-3)")
     ap.add_argument("--no-peers", action="store_true", help="skip fla")
@@ -103,9 +107,10 @@ def main(argv=None) -> int:
         vary_values = [()]  # every combination of the varied constants' values
         for _, _, values in varied:
             vary_values = [combo + (x,) for combo in vary_values for x in values]
-        for eng, p3, factor, vaug, sout, var in [(e, p, f, a, so, w) for e in engines for p in args.phase3.split(",")
-                                                 for f in factors for a in vaugs for so in split_outs
-                                                 for w in vary_values]:
+        precisions = args.precisions.split(",") if args.precisions else [None]
+        for eng, p3, factor, vaug, sout, var, prec in [
+                (e, p, f, a, so, w, pr) for e in engines for p in args.phase3.split(",") for f in factors
+                for a in vaugs for so in split_outs for w in vary_values for pr in precisions]:
             r4.VAUG = vaug
             r4.SPLIT_OUT = sout
             for (vary_mod, vary_name, _), x in zip(varied, var):
@@ -117,14 +122,17 @@ def main(argv=None) -> int:
             key = key[:-1] + f", ns x{factor:g}]" if len(factors) > 1 else key
             for (_, vary_name, _), x in zip(varied, var):
                 key = key[:-1] + f", {vary_name}={x}]"
+            key = key[:-1] + f", {prec}]" if prec is not None else key
             row = {"key": key, "engine": eng, "phase3": p3, **tag, "num_segments": nsf,
                    "model_num_segments": ns, "vaug": vaug, "split_out": sout}
             for (_, vary_name, _), x in zip(varied, var):
                 row[vary_name] = x
+            if prec is not None:
+                row["precision"] = prec
             try:
-                def fn(eng=eng, nsf=nsf, p3=p3):
+                def fn(eng=eng, nsf=nsf, p3=p3, prec=prec):
                     r4.forward(*fargs, o, None, ht, K**-0.5, 64, engine=eng, num_segments=nsf,
-                               phase3=None if p3 == "default" else p3)
+                               phase3=None if p3 == "default" else p3, precision=prec)
 
                 fn()
                 cuda.synchronize()

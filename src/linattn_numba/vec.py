@@ -1,5 +1,5 @@
-"""128-bit loads and stores (and a 64-bit store), L2 and L1 prefetches and asynchronous 16-byte copies, as Numba
-intrinsics (inline LLVM vector ops / PTX).
+"""128-bit loads and stores (and a 64-bit store), an L2 prefetch and asynchronous 16-byte copies, as Numba intrinsics
+(inline LLVM vector ops / PTX).
 
 Introduced by rung r3 ``shared`` (its register-blocked loops read four consecutive floats per operand and step)
 and used by r1's decode step (a streaming copy of the state) and r5; r5 introduced the asynchronous copies, which
@@ -37,14 +37,6 @@ def _st_py(a, i, x):
 
 def _prefetch_py(a, i):
     """No-op outside the GPU (a cache hint has no meaning in the simulator)."""
-
-
-def _prefetch_in_py(a, i):
-    """The simulator's twin of :func:`prefetch_l1`: nothing fetched, but the index must name an element of ``a``
-    (IndexError otherwise, negative indices too), so that the tests catch a prefetch past an array's end."""
-    idx = i if isinstance(i, tuple) else (i,)
-    if len(idx) != a.ndim or any(not 0 <= j < n for j, n in zip(idx, a.shape)):
-        raise IndexError(f"prefetch of {i} outside an array of shape {a.shape}")
 
 
 def _ld1_py(a, i):
@@ -108,7 +100,7 @@ T8192 H2, h0 only: 2.787 ms with the asm form against 3.540, 166 against 136 reg
 nvJitLink does not reproduce (150-157 registers both ways), so reading the SASS here cannot show it."""
 
 if config.ENABLE_CUDASIM:
-    ld4, st4, st2, prefetch_l2, prefetch_l1, ld1 = _ld4_py, _st_py, _st_py, _prefetch_py, _prefetch_in_py, _ld1_py
+    ld4, st4, st2, prefetch_l2, ld1 = _ld4_py, _st_py, _st_py, _prefetch_py, _ld1_py
     cp_async16, cp_async_wait_all = _cp_async16_py, _cp_async_wait_all_py
     cp_async_commit, cp_async_wait_one = _cp_async_commit_py, _cp_async_wait_one_py
     cp_async16_at = _cp_async16_at_py
@@ -176,36 +168,26 @@ else:
         negative-index handling (``i`` in range; the element 8-byte aligned). r6 stores a C fragment's column
         pair (2 i, 2 i + 1) of a row this way.""")
 
-    def _prefetch(level, doc):
-        """An intrinsic ``prefetch(a, idx)``: PTX ``prefetch.<level>`` of the line holding ``a[idx]`` (a tuple
-        index)."""
+    @intrinsic
+    def prefetch_l2(typingctx, arr, idx):
+        """``prefetch.L2`` of the cache line holding ``a[idx]``: a hint that starts the line's trip from HBM
+        to L2 now, without waiting and without a register (the state kernel asks for the next chunk's rows
+        while it computes on this one, so that their staging loads hit L2)."""
+        sig = types.none(arr, idx)
 
-        def prefetch(typingctx, arr, idx):
-            sig = types.none(arr, idx)
+        def codegen(context, builder, sig, args):
+            aryty, idx_ty = sig.args
+            ary = context.make_array(aryty)(context, builder, args[0])
+            idx = cgutils.unpack_tuple(builder, args[1], len(idx_ty))
+            idx = [context.cast(builder, v, t, types.intp) for v, t in zip(idx, idx_ty)]
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, idx, wraparound=False)
+            addr = builder.ptrtoint(ptr, ir.IntType(64))
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ir.IntType(64)]), "prefetch.L2 [$0];", "l",
+                               side_effect=True)
+            builder.call(asm, [addr])
+            return context.get_dummy_value()
 
-            def codegen(context, builder, sig, args):
-                aryty, idx_ty = sig.args
-                ary = context.make_array(aryty)(context, builder, args[0])
-                idx = cgutils.unpack_tuple(builder, args[1], len(idx_ty))
-                idx = [context.cast(builder, v, t, types.intp) for v, t in zip(idx, idx_ty)]
-                ptr = cgutils.get_item_pointer(context, builder, aryty, ary, idx, wraparound=False)
-                addr = builder.ptrtoint(ptr, ir.IntType(64))
-                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [ir.IntType(64)]), f"prefetch.{level} [$0];",
-                                   "l", side_effect=True)
-                builder.call(asm, [addr])
-                return context.get_dummy_value()
-
-            return sig, codegen
-
-        prefetch.__doc__ = doc
-        return intrinsic(prefetch)
-
-    prefetch_l2 = _prefetch("L2", """``prefetch.L2`` of the cache line holding ``a[idx]``: a hint that starts the
-        line's trip from HBM to L2 now, without waiting and without a register (the state kernel asks for the next
-        chunk's rows while it computes on this one, so that their staging loads hit L2).""")
-    prefetch_l1 = _prefetch("L1", """``prefetch.L1`` of the line holding ``a[idx]``: the same hint into the SM's L1
-        (r6's pipelined output kernel asks for the start state's pieces of the next slab a slab ahead, so that the
-        loads it makes once the slab has landed, just before a barrier, hit L1, not L2).""")
+        return sig, codegen
 
     @intrinsic
     def ld1(typingctx, arr, idx):

@@ -399,7 +399,7 @@ BV_DEFAULT = 64
 
 # 128-bit loads and stores (moved to linattn_numba.vec so r1's decode step can use them too)
 from ..vec import (cp_async16_at, cp_async_commit, cp_async_wait_all, cp_async_wait_one, ld1, ld4,  # noqa: E402
-                   prefetch_l1, prefetch_l2, st4)
+                   prefetch_l2, st4)
 
 
 @cuda.jit(device=True, inline="always")
@@ -1764,39 +1764,6 @@ def _mm_4x8(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
         _mm_4x8_step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 12)
 
 
-X_PREFETCHES = ("none", "l1")
-X_PREFETCH = "none"  # the pipelined output kernel with the deferred start state: "l1" asks L1 for the next slab's
-# pieces of X a slab ahead (_x_prefetcher), "none" does not. Read when _split_launches makes its output kernel
-
-
-def x_prefetch() -> bool:
-    """:data:`X_PREFETCH` checked: True for ``"l1"``."""
-    if X_PREFETCH not in X_PREFETCHES:
-        raise ValueError(f"rung {NAME!r}: X_PREFETCH must be one of {X_PREFETCHES}, got {X_PREFETCH!r}")
-    return X_PREFETCH == "l1"
-
-
-@functools.lru_cache(maxsize=None)
-def _x_prefetcher(ROWS, COLS, NTH):
-    """For the pieces of ``x[b, h]`` that :func:`_rows_adder` (same sizes) will have a thread load: ``prefetch.L1``
-    of each (rows r0 + t < ``rlim``, columns c0 + d < ``clim``), so that those loads, made once a slab has landed
-    and just before the barrier that publishes it, find their lines in L1, not L2 (no registers held meanwhile)."""
-    QPR = COLS // 4
-    RSTEP = NTH // QPR
-    J = cdiv(ROWS, RSTEP)
-
-    def prefetch(x, b, h, r0, rlim, c0, clim, tid):
-        d = 4 * (tid % QPR)
-        tf = tid // QPR
-        if c0 + d < clim:
-            for j in range(J):
-                r = r0 + tf + j * RSTEP
-                if r < rlim:
-                    prefetch_l1(x, (b, h, r, c0 + d))
-
-    return cuda.jit(device=True, inline="always")(prefetch)
-
-
 @functools.lru_cache(maxsize=None)
 def _out_fma_products(C, KP):
     """The product steps of r3's output kernel (:func:`_out_pipeline`'s ``products``), on the FMA units: one 4 x 8
@@ -1859,7 +1826,7 @@ def _out_fma_products(C, KP):
 OUT_CTX = 10  # integers of a thread's map in _out_pipeline (the products' setup fills what they use)
 
 
-def _out_pipeline(C, KP, has_g, has_x, products, pad=0, xpre=False):
+def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
     """The split schedule's output kernel, one chunk of one head per block (fla's ``chunk_fwd_o``), its copies
     overlapped with its products: ``O = scale (diag(gamma) Q S_c + Aqk V)`` with S_c the chunk's starting state,
     written by the state kernel (``store``) to ``hs``. The copies, slabs, buffers and barriers are here; the
@@ -1885,8 +1852,10 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0, xpre=False):
     are known only after every segment's walk) and lg_c the log decay before chunk c (``lg``; 0 without g): each
     thread adds exp(lg_c) X to the pieces of S_c's slabs that it copied once they have landed
     (:func:`_rows_adder`), before the barrier that publishes the slab. X is read from L2 (one [K, V] per head,
-    shared by the sequence's every chunk); ``xpre`` asks L1 for slab j + 1's pieces while slab j is multiplied
-    (:func:`_x_prefetcher`, :data:`X_PREFETCH`). Sizes as :func:`split_fits` asks (every size a constant)."""
+    shared by the sequence's every chunk). Asking L1 for slab j + 1's pieces of X while slab j is multiplied
+    (``prefetch.L1``, no registers held) made r4 at the long decay shape slower on the H200: 5.66 against 5.53 ms
+    (``probes/h200_r4_x_prefetch_944bc1d.json``), so the loads stay as they are. Sizes as :func:`split_fits` asks
+    (every size a constant)."""
     C4 = C // 4
     NTH = C4 * C4
     KS, CS = KP + 4, C + 4
@@ -1900,7 +1869,6 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0, xpre=False):
     cp_val = _rows_copier(SR, CBW, NTH, False)  # a value slab
     cp_state = _rows_copier(SR, CBW, NTH, True)  # a slab of S_c's rows from hs
     add_x = _rows_adder(SR, CBW, NTH)  # has_x: exp(lg_c) X added to the thread's own pieces of a slab of S_c
-    pre_x = _x_prefetcher(SR, CBW, NTH)  # xpre: those pieces asked for a slab ahead
     setup, state_step, gate, value_step, store = products
 
     # Slab j sits in buffer j mod 3 and is slab j mod NSP of pass j // NSP. The loop below keeps these as counters
@@ -1942,8 +1910,6 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0, xpre=False):
         cp_async_commit()
         issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[0], COL0[0], buf(0), tid)  # slab 0 into X0: lands during the scores
         cp_async_commit()
-        if has_x and xpre:
-            pre_x(x, b, h, 0, K, 0, V, tid)  # slab 0's pieces of X: added after the scores
         cp_async_wait_one()
         cuda.syncthreads()  # K's and Q's rows and b in place
         _scores(sm, O_R, O_Q, O_AQK, O_AQK, O_B, O_B, KS, CS, C4, KP, tid, has_g, False, True)
@@ -1975,8 +1941,6 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0, xpre=False):
             r1 = r + 1 if r < 2 else 0
             s1 = s + 1 if s < NSP - 1 else 0  # slab j + 1 within its pass
             col1 = col if s < NSP - 1 else col + CBW
-            if has_x and xpre and s1 < NSS and j + 1 < NSL:
-                pre_x(x, b, h, s1 * SR, K, col1, V, tid)  # slab j + 1's pieces of X, added after this slab
             if s < NSS:
                 state_step(sm, acc, ctx, off, s)
                 if has_g and s == NSS - 1:
@@ -2007,10 +1971,10 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0, xpre=False):
 
 
 @functools.lru_cache(maxsize=None)
-def _out_kernel(C, KP, has_g, has_x=False, xpre=False):
+def _out_kernel(C, KP, has_g, has_x=False):
     """r3's output kernel: :func:`_out_pipeline` with the products on the FMA units (:func:`_out_fma_products`).
     256 threads at C = 64 (one 4 x 8 tile each), 64 at C = 32, 16 at C = 16."""
-    return _out_pipeline(C, KP, has_g, has_x, _out_fma_products(C, KP), 0, xpre)
+    return _out_pipeline(C, KP, has_g, has_x, _out_fma_products(C, KP), 0)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -2161,9 +2125,9 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     state-only mode storing S_c to ``hs`` (value tile ``bv`` or :data:`SPLIT_BV`), the output kernel. With ``x``
     (:func:`split_deferred`: ``h0`` is None) the state kernel also stores the log decays ``lg`` and the output
     kernel adds exp(lg_c) x to every S_c. ``tag`` names the scratch buffers (r4 keeps several sets alive).
-    ``out_kernel``: another output kernel with this one's arguments, ``out_kernel(C, KP, has_g, has_x, xpre) ->
-    (kernel, shared bytes, threads)`` (r6's on the tensor cores: ``r6_tensor_cores.out_pipe_factory``); None:
-    :func:`_out_kernel`. ``xpre``: with ``x``, :data:`X_PREFETCH` is ``"l1"``."""
+    ``out_kernel``: another output kernel with this one's arguments, ``out_kernel(C, KP, has_g, has_x) -> (kernel,
+    shared bytes, threads)`` (r6's on the tensor cores: ``r6_tensor_cores.out_pipe_factory``); None:
+    :func:`_out_kernel`."""
     B, T, H, K = q.shape
     V = v.shape[3]
     BH = B * H
@@ -2192,11 +2156,10 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
                   np.float32(scale), hs)
     todo.append(("state", lambda: _launch(kern_s, (cdiv(V, BV), BH), (KP // 4) * (BV // 4), smem_s, stream,
                                           args_s)))
-    xpre = has_x and x_prefetch()
     if out_kernel is None:
-        kern_o, smem_o, nth_o = _out_kernel(C, KP, has_g, has_x, xpre), _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
+        kern_o, smem_o, nth_o = _out_kernel(C, KP, has_g, has_x), _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
     else:
-        kern_o, smem_o, nth_o = out_kernel(C, KP, has_g, has_x, xpre)
+        kern_o, smem_o, nth_o = out_kernel(C, KP, has_g, has_x)
     args_o = (q, k, v, bcum, hs, o, np.float32(scale), or_dummy(x, 4), lg)
     todo.append(("out", lambda: _launch(kern_o, (NC, BH), nth_o, smem_o, stream, args_o)))
     return todo
@@ -2296,8 +2259,6 @@ def compile_targets():
                                                                           has_g).py_func,
                            (x4, x4, s2, s4, a4, s3, s2))
                     yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True).py_func,
-                           (x4, x4, x4, s2, s3, a4, f32, a4, s2))
-                    yield (f"out[{rec},x,l1]", _out_kernel(C, KP, has_g, True, True).py_func,
                            (x4, x4, x4, s2, s3, a4, f32, a4, s2))
     yield ("gates[float32]", _gates_kernel(C).py_func, (array_type(np.float32, 3), s2))
     yield ("gates[float16]", _gates_kernel(C).py_func, (array_type(np.float16, 3), s2))

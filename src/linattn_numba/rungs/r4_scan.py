@@ -311,6 +311,7 @@ PHASE3 = {False: SPLIT, True: "recurrent"}
 # (figures/data/probes/h200_r4_split_out_8baed37.json)
 SPLIT_OUTS = ("shared", "tensor_cores")
 SPLIT_OUT = "tensor_cores"
+PRECISIONS = ("3xtf32", "tf32")  # forward(precision=...): r6's (r6_tensor_cores.PRECISIONS, checked by a test)
 
 # Overrides of the cost model, for tests and experiments: None lets the model choose.
 NUM_SEGMENTS = None
@@ -929,7 +930,7 @@ def _scan(p, m, h0, x, ht, kind, delta, has_g, stream):
 
 
 def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_segments=None, scan=None,
-            engine=None, phase3=None):
+            engine=None, phase3=None, precision=None):
     """Launch the three phases of the module docstring (the rung contract: :mod:`linattn_numba.rungs`).
 
     Keyword extensions: ``num_segments`` (default :data:`NUM_SEGMENTS`, else :func:`choose_num_segments`),
@@ -938,6 +939,9 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
     ``phase3`` (the rung of phase 3, from :data:`PHASE3_RUNGS`, or "engine", or "split" for phases 1 and 3 on
     r3's split schedule, the additive family only; default :data:`PHASE3` for the recurrence's family, r1 where
     "split" cannot run, the engine where r1 does not fit K, V).
+    ``precision`` (r6's: "3xtf32", float32 accuracy, or "tf32", one TF32 product, fla's accuracy; default r6's
+    ``PRECISION``): the products of every r6 kernel r4 runs (phase 3's output kernel with the split, r6 as the
+    engine or phase 3's rung); r1's, r2's and r3's FMA kernels compute in float32 whatever it says.
     ``o=None`` computes only ``ht`` (phase 3 is skipped). With one segment this is the engine's ``forward``
     (r3's where phases 1 and 3 would be r3's split schedule: the additive family by default).
     ``h0`` and ``ht`` may be the same array.
@@ -958,6 +962,12 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
     C = int(chunk_size)
     from . import RUNGS, module
 
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"rung {NAME!r}: precision must be one of {PRECISIONS} or None, got {precision!r}")
+
+    def kw(mod):  # precision reaches r6's forward only
+        return {"precision": precision} if precision is not None and mod.NAME == "tensor_cores" else {}
+
     eng = engine_module(K, V, C, engine)
     eng3 = phase3_module(K, V, C, beta is not None, eng, phase3)
     split = _runs_split(q, k, v, g, beta, o, C, phase3)
@@ -974,8 +984,8 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
     if NS == 1 or B * H * K * V == 0 or (o is None and ht is None):
         if o is not None or ht is not None:  # one segment: a plain forward, by the rung whose split schedule
             # phases 1 and 3 would run (r6's: r3's state kernel and its own output kernel; or r3's), else the engine
-            (eng if not split else tc if tc is not None else module("shared")).forward(q, k, v, g, beta, o, h0, ht,
-                                                                                       scale, C, stream)
+            one = eng if not split else tc if tc is not None else module("shared")
+            one.forward(q, k, v, g, beta, o, h0, ht, scale, C, stream, **kw(one))
         return
     has_g, delta = g is not None, beta is not None
     W = V + K if delta else V
@@ -1000,9 +1010,9 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
     later = []  # split: each group's output launch, run in phase 3 (its own scratch, tagged by group)
 
     def phase1(qs, ks, vs, gs, bs, h0s, hts):
-        eng.forward(qs, ks, vs, gs, bs, None, h0s, hts, scale, C, stream)
+        eng.forward(qs, ks, vs, gs, bs, None, h0s, hts, scale, C, stream, **kw(eng))
 
-    out_kernel = tc.out_pipe_factory() if tc is not None else None
+    out_kernel = tc.out_pipe_factory(precision) if tc is not None else None
 
     def phase1_split(qs, ks, vs, gs, os_, hts, xs):
         first, second = module("shared").split_deferred(qs, ks, vs, gs, os_, hts, xs, scale, C, stream,
@@ -1026,7 +1036,7 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
             launch()
     elif o is not None:
         def run3(qs, ks, vs, gs, bs, os_, xs):
-            eng3.forward(qs, ks, vs, gs, bs, os_, xs, None, scale, C, stream)
+            eng3.forward(qs, ks, vs, gs, bs, os_, xs, None, scale, C, stream, **kw(eng3))
 
         _run_segments(run3, B, T, L, [q, k, v, g, beta, o], [x])
 
