@@ -306,8 +306,9 @@ print(f"hs at the standard shape: {r6.split_bytes(4, 8192, 16, 128, 128, 64) / 2
 # overlaps its copies with its products (`cp.async` slabs through three buffers: r3's notebook) but multiplies on
 # the FMA units. `_out_pipe_kernel` is r3's kernel with its two products on the tensor cores: `acc = Q S_c` and
 # `acc += Aqk V` as 3xTF32 tiles, a warp owning 2 row blocks x 4 column tiles (`_mma_2x4`: each B fragment loaded
-# and split once for both row tiles). Compare it with r3's `_out_kernel` (`diff` the two functions): the copies,
-# buffers and barriers are the same lines; the product calls, the gate scaling and the stores are what changed.
+# and split once for both row tiles). Both are r3's `_out_pipeline` (the copies, buffers and barriers, written once)
+# given their product steps: compare r3's `_out_fma_products` with this rung's `_out_pipe_products` (the thread
+# map, the product calls, the gate scaling and the stores are what changed).
 # `SPLIT_OUT` picks it (the default) or the staged kernel; `SPLIT_STATE` which state walk runs before it (r3's FMA
 # kernel by default: it was faster than r6's tensor-core one). Both output kernels on the same inputs:
 

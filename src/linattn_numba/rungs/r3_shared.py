@@ -347,7 +347,9 @@ adding exp(lg_c) X to the pieces of S_c's slabs that it copied (:func:`_rows_add
 all its segments at once, its scan over their final states, then the output kernel: one walk of the sequence
 (r4's docstring has the measurement). ``_split_launches`` and ``split_deferred`` take another output kernel with
 this one's arguments (``out_kernel``): r6 and r4 pass r6's, which is this kernel with its two products as 3xTF32
-tensor-core tiles (0.676 against 0.891 ms for decay at the standard shape: r6's docstring).
+tensor-core tiles (0.676 against 0.891 ms for decay at the standard shape: r6's docstring). The output kernel is
+written once for both: :func:`_out_pipeline` has the copies, slabs, buffers, barriers and the deferred start
+state, and takes the product steps as a parameter (r3's :func:`_out_fma_products`, r6's ``_out_pipe_products``).
 
 Numerics: every product accumulates in float32; float16 inputs are converted on load; every exponent is a
 difference of in-chunk cumulative log-gates b_t - b_s <= 0 (gamma_t = exp(b_t), gamma_C / gamma_t =

@@ -268,6 +268,20 @@ the 60 spilled bytes of that variant are the candidates, not yet measured apart.
 shape) r4 is r6's forward for the additive family where r6's kernel runs (C >= 32), r3's at C = 16.
 compute-sanitizer on r4 plain and decay with this phase 3 (B2 T300 H2 K64 V80, 3 segments): memcheck, racecheck,
 synccheck report nothing (``figures/data/h200_sanitize_par_45bc923.txt``).
+
+A correction and what was tried next (944bc1d, 8ffbe4a). The "state only" record of ``tools/r4_engine_probe.py``
+(``o=None``) does not time this path's phases 1 and 2: without an output the split does not run, and phase 1 is
+the engine's own state-only walk (r6's: 2.51 ms with 3xTF32, 2.01 with TF32). The 2.513 above is that walk, so
+phase 3's share cannot be read from it; by the ncu split at d8b443d (r3's split state kernel 2.45 ms at 1M tokens,
+gates, sums and scan 0.11) phase 3 now takes ~3.0 of 5.53 ms, against 4 x 0.677 = 2.71 for the same token-heads
+at the standard shape. At B1 T1048576 H2 (``figures/data/probes/h200_r4_x_prefetch_944bc1d.json``, one device
+call), none of these helped: an L1 prefetch of the start state's next slab in the output kernel (5.66 against 5.53
+ms), r3's split state kernel with 64 value columns (512 threads, 5.61), half or twice the model's 128 segments
+(5.53, 5.57). What does: one TF32 product in phase 3 (``precision="tf32"``, r6's one-product kernels, fla's own
+accuracy: relative error 9.9e-4, fla's ~1.8e-3), 5.02 against 5.56 ms with 3xTF32, fla ``chunk_simple_gla``
+10.63 ms in the same process: 2.12x at fla's precision, 1.91x at float32's
+(``figures/data/probes/h200_r4_tf32_8ffbe4a.json``, by r6's ``PRECISION``; ``forward(precision=...)`` since
+1753dfc). The default stays 3xTF32.
 """
 
 from __future__ import annotations

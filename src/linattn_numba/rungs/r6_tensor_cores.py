@@ -94,7 +94,11 @@ kernel (``r3._out_kernel``) overlaps its copies with its products (``cp.async`` 
 multiplies on the FMA units at ~47 % of their peak. ``_out_pipe_kernel`` is r3's kernel with its two products
 ``acc = Q S_c`` and ``acc += Aqk V`` as 3xTF32 mma tiles (:func:`_mma_2x4`: a warp's 2 x 4 tiles of 16 x 8 per
 step of 8, each B fragment loaded and split once for both row tiles, each A fragment once for the 4 column
-tiles: 24 ``mma`` for 8192 multiply-adds where the FMA tiles issue 256 ``FFMA`` a warp). What else changed:
+tiles: 24 ``mma`` for 8192 multiply-adds where the FMA tiles issue 256 ``FFMA`` a warp). Both kernels are
+``r3._out_pipeline`` (the copies, slabs, buffers, barriers and the deferred start state, written once) given
+their product steps: r3's ``r3._out_fma_products``, this rung's :func:`_out_pipe_products` (since 944bc1d; the
+same SASS within a few instructions and the same times on the H200: decay output kernel 0.677 ms, r3's 0.888,
+``probes/h200_tune_r6_pipe_944bc1d.json``, ``h200_tune_r3_split_944bc1d.json``). What else changed:
 
 * the slabs' rows are padded by 8 floats (:func:`_out_pipe_layout`): a B fragment reads 4 slab rows x 8 columns,
   and rows of 128 floats start in the same bank;
