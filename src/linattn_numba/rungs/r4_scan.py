@@ -260,7 +260,7 @@ tokens, multiplying on the FMA units. r6's pipelined output kernel (``r6_tensor_
 slabs and copies, the deferred start state added the same way, the products as 3xTF32 mma tiles) passed to
 ``r3.split_deferred`` as its ``out_kernel``: at B1 T1048576 H2 K=V=128, 128 segments, one device call
 (``figures/data/probes/h200_r4_split_out_8baed37.json``), 5.606 ms against 6.339 with r3's kernel, phases 1 and 2
-alone 2.513. The bench (``figures/data/h200_long_decay_45bc923.json``): 5.634 ms against fla's 10.489 (1.86x, not
+alone 2.513. The bench (``figures/data/probes/h200_long_decay_45bc923.json``): 5.634 ms against fla's 10.489 (1.86x, not
 yet the 2x) and r3's 48.32 (8.6x), 372 M token-heads/s, 30.5 TFLOP/s counted. Phase 3 there takes ~3.1 ms for four
 times the standard shape's token-heads, where the output kernel alone takes 0.676 ms at the standard shape (x4 =
 2.70): the deferred state's adds (global loads of X after a slab's ``cp.async.wait_group``, before its barrier) and
@@ -280,8 +280,12 @@ ms), r3's split state kernel with 64 value columns (512 threads, 5.61), half or 
 (5.53, 5.57). What does: one TF32 product in phase 3 (``precision="tf32"``, r6's one-product kernels, fla's own
 accuracy: relative error 9.9e-4, fla's ~1.8e-3), 5.02 against 5.56 ms with 3xTF32, fla ``chunk_simple_gla``
 10.63 ms in the same process: 2.12x at fla's precision, 1.91x at float32's
-(``figures/data/probes/h200_r4_tf32_8ffbe4a.json``, by r6's ``PRECISION``; ``forward(precision=...)`` since
-1753dfc). The default stays 3xTF32.
+(``figures/data/probes/h200_r4_tf32_8ffbe4a.json``, by r6's ``PRECISION``). Through ``forward(precision=...)`` at
+1753dfc, the last device call: 5.531 / 5.008 ms (``probes/h200_r4_precision_1753dfc.json``); the bench beside it
+(``figures/data/h200_long_decay_1753dfc.json``, README table) 5.527 ms against fla's 10.464 (1.89x at the default
+3xTF32, 2.09x for the TF32 time) and r3's 48.32 (8.7x), 379 M token-heads/s, 31.1 TFLOP/s counted. The default
+stays 3xTF32: the 2x at float32 accuracy is not met. compute-sanitizer at 8ffbe4a on r4 plain and decay (and r3,
+r6: the merged output kernel): memcheck, racecheck, synccheck clean (``figures/data/h200_sanitize_par_8ffbe4a.txt``).
 """
 
 from __future__ import annotations
