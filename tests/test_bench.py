@@ -170,3 +170,18 @@ def test_retune_fla_forgets_every_tuned_config(monkeypatch):
     assert peers.retune_fla() == 2
     assert bare.cache == {} and wrapped.cache == {} and not bare.cache_results and not wrapped.cache_results
     assert other.cache and other.cache_results  # not fla's: left alone
+
+
+def test_varied_constants():
+    """The tuning tools' ``--vary``: a constant per spec with its values (digits as ints), every combination in
+    order; no spec gives the one empty combination; a constant the module lacks stops the tool with its name."""
+    from linattn_numba.rungs import r3_shared as r3
+    from linattn_numba.rungs import r4_scan as r4
+
+    varied, combos = bench.varied_constants(["r3_shared.SPLIT_BV=32,64", "r4_scan.SPLIT_OUT=shared,tensor_cores"])
+    assert [(m, n, v) for m, n, v in varied] == [(r3, "SPLIT_BV", [32, 64]),
+                                                (r4, "SPLIT_OUT", ["shared", "tensor_cores"])]
+    assert combos == [(32, "shared"), (32, "tensor_cores"), (64, "shared"), (64, "tensor_cores")]
+    assert bench.varied_constants(None) == ([], [()])
+    with pytest.raises(SystemExit, match="r3_shared has no X_PREFETCH"):
+        bench.varied_constants(["r3_shared.X_PREFETCH=none,l1"])

@@ -20,9 +20,10 @@
 #     pipe_bench  r6's split schedule with each output kernel (pipelined, staged), per kernel (plain, decay); then the
 #               bench of r3, r4 and r6 beside fla's chunk kernel (plain, decay; the standard shape)
 #     std_additive  pipe_bench's bench alone
-#     x_prefetch  r6's split schedule (pipelined output kernel) and r3's, per kernel (plain, decay; the standard
-#               shape), then r4 at the long decay shape with r3.X_PREFETCH none / l1 x r3.SPLIT_BV 32 / 64 x the
-#               model's segment count times 1, 0.5, 2 (h200_r4_x_prefetch_<sha>.json)
+#     long_decay_ab  r6's split schedule (pipelined output kernel) and r3's, per kernel (plain, decay; the standard
+#               shape), then r4 at the long decay shape with r3.SPLIT_BV 32 / 64 x the model's segment count times
+#               1, 0.5, 2 x precision 3xtf32 / tf32 (h200_r4_long_decay_ab_<sha>.json; at 944bc1d, as x_prefetch,
+#               it also varied the L1 prefetch since taken out: probes/h200_r4_x_prefetch_944bc1d.json)
 #     r6_delta  r6's intra kernels for the delta family (r3's, tensor cores), per kernel; then the bench of r1 and r6
 #               for all four recurrences beside fla's chunk kernels (the standard shape)
 #     long_engines  r4 at the two long-context shapes with each engine (r3 shared, r6 tensor_cores) and fla chunk
@@ -89,6 +90,16 @@ sanitize_one() {
     | grep -v "NumbaPerformanceWarning\|warn(errors"
   echo "exit status ${PIPESTATUS[0]}"
 }
+# a Python tool's run, its Numba warnings dropped, its lines appended to $out/LOG: py_log LOG TIMEOUT SCRIPT ARGS...
+py_log() {
+  local log=$1 limit=$2; shift 2
+  timeout "$limit" python3 "$@" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors" | tee -a "$out/$log"
+  return "${PIPESTATUS[0]}"
+}
+# the split schedules per kernel at the standard shape (decay, plain): r6's (3xTF32) and r3's (tools/tune_r3.py)
+R6_SPLIT=(tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra tensor_cores --schedule split
+  --precision 3xtf32 --recurrences decay,plain)
+R3_SPLIT=(tools/tune_r3.py --rung shared --chunks 64 --bv 32 --schedule split --recurrences decay,plain)
 # the two long-context shapes of issue 4 beside fla's chunk kernels: long_bench WHICH(decay|gdn|both) RUNGS LOG
 long_bench() {
   local r=0
@@ -193,41 +204,22 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
         | tee -a "$out/r6_split.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     out_pipe)
-      timeout 260 python3 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra tensor_cores --schedule split \
-        --precision 3xtf32 --recurrences decay,plain --vary r6_tensor_cores.SPLIT_STATE=shared,tensor_cores \
-        --vary r6_tensor_cores.SPLIT_OUT=pipelined,staged --out "$out/h200_tune_r6_pipe_$sha.json" 2>&1 \
-        | grep -v "NumbaPerformanceWarning\|warn(errors" | tee "$out/out_pipe.log"
-      [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-      timeout 120 python3 tools/tune_r3.py --rung shared --chunks 64 --bv 32 --schedule split \
-        --recurrences decay,plain --out "$out/h200_tune_r3_split_$sha.json" 2>&1 \
-        | grep -v "NumbaPerformanceWarning\|warn(errors" | tee -a "$out/out_pipe.log"
-      [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-      timeout 200 python3 tools/r4_engine_probe.py --shape 1,1048576,2,128,128:decay --engines tensor_cores \
-        --split-out shared,tensor_cores --no-peers --out "$out/h200_r4_split_out_$sha.json" 2>&1 \
-        | grep -v "NumbaPerformanceWarning\|warn(errors" | tee -a "$out/out_pipe.log"
-      [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
+      py_log out_pipe.log 260 "${R6_SPLIT[@]}" --vary r6_tensor_cores.SPLIT_STATE=shared,tensor_cores \
+        --vary r6_tensor_cores.SPLIT_OUT=pipelined,staged --out "$out/h200_tune_r6_pipe_$sha.json" || rc=1
+      py_log out_pipe.log 120 "${R3_SPLIT[@]}" --out "$out/h200_tune_r3_split_$sha.json" || rc=1
+      py_log out_pipe.log 200 tools/r4_engine_probe.py --shape 1,1048576,2,128,128:decay --engines tensor_cores \
+        --split-out shared,tensor_cores --no-peers --out "$out/h200_r4_split_out_$sha.json" || rc=1;;
     pipe_bench)
-      timeout 150 python3 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra tensor_cores --schedule split \
-        --precision 3xtf32 --recurrences decay,plain --vary r6_tensor_cores.SPLIT_OUT=pipelined,staged \
-        --out "$out/h200_tune_r6_pipe_$sha.json" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors" \
-        | tee "$out/pipe_bench.log"
-      [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+      py_log pipe_bench.log 150 "${R6_SPLIT[@]}" --vary r6_tensor_cores.SPLIT_OUT=pipelined,staged \
+        --out "$out/h200_tune_r6_pipe_$sha.json" || rc=1
       bench --rungs shared,scan,tensor_cores --recurrences plain,decay --fla chunk --out "$out/h200_r6_pipe_$sha.json" \
         | tee -a "$out/pipe_bench.log" || rc=1;;
-    x_prefetch)
-      timeout 120 python3 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra tensor_cores --schedule split \
-        --precision 3xtf32 --recurrences decay,plain --out "$out/h200_tune_r6_pipe_$sha.json" 2>&1 \
-        | grep -v "NumbaPerformanceWarning\|warn(errors" | tee "$out/x_prefetch.log"
-      [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-      timeout 100 python3 tools/tune_r3.py --rung shared --chunks 64 --bv 32 --schedule split \
-        --recurrences decay,plain --out "$out/h200_tune_r3_split_$sha.json" 2>&1 \
-        | grep -v "NumbaPerformanceWarning\|warn(errors" | tee -a "$out/x_prefetch.log"
-      [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-      timeout 300 python3 tools/r4_engine_probe.py --shape 1,1048576,2,128,128:decay --engines tensor_cores \
-        --ns-factors 1,0.5,2 --vary r3_shared.X_PREFETCH=none,l1 --vary r3_shared.SPLIT_BV=32,64 --no-peers \
-        --out "$out/h200_r4_x_prefetch_$sha.json" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors" \
-        | tee -a "$out/x_prefetch.log"
-      [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
+    long_decay_ab)
+      py_log long_decay_ab.log 120 "${R6_SPLIT[@]}" --out "$out/h200_tune_r6_pipe_$sha.json" || rc=1
+      py_log long_decay_ab.log 100 "${R3_SPLIT[@]}" --out "$out/h200_tune_r3_split_$sha.json" || rc=1
+      py_log long_decay_ab.log 300 tools/r4_engine_probe.py --shape 1,1048576,2,128,128:decay --engines tensor_cores \
+        --ns-factors 1,0.5,2 --vary r3_shared.SPLIT_BV=32,64 --precisions 3xtf32,tf32 --tol 5e-3 --no-peers \
+        --out "$out/h200_r4_long_decay_ab_$sha.json" || rc=1;;
     std_additive)
       bench --rungs shared,scan,tensor_cores --recurrences plain,decay --fla chunk --out "$out/h200_r6_pipe_$sha.json" \
         | tee -a "$out/std_additive.log" || rc=1;;

@@ -64,6 +64,7 @@ def main(argv=None) -> int:
     for e in engines:
         if e not in r4.ENGINES:
             ap.error(f"engine {e!r} is not one of {r4.ENGINES}")
+    varied, vary_values = bench.varied_constants(args.vary)  # (module, name, values) per --vary; combinations
     timer = bench.Timer()
     result = {"device": bench.device_info(), "versions": bench.versions(), "git": bench.git_sha(),
               "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "records": []}
@@ -94,19 +95,6 @@ def main(argv=None) -> int:
         # one record per engine, phase-3 rung, segment count and phase-1 form
         split_outs = args.split_out.split(",") if args.split_out else [r4.SPLIT_OUT]
         default_split_out = r4.SPLIT_OUT
-        varied = []  # (module, constant name, values) per --vary
-        for spec in args.vary or ():
-            import importlib
-
-            target, values = spec.split("=", 1)
-            mod_name, vary_name = target.rsplit(".", 1)
-            vary_mod = importlib.import_module(f"linattn_numba.rungs.{mod_name}")
-            if not hasattr(vary_mod, vary_name):
-                raise SystemExit(f"--vary: linattn_numba.rungs.{mod_name} has no {vary_name}")
-            varied.append((vary_mod, vary_name, [int(x) if x.isdigit() else x for x in values.split(",")]))
-        vary_values = [()]  # every combination of the varied constants' values
-        for _, _, values in varied:
-            vary_values = [combo + (x,) for combo in vary_values for x in values]
         precisions = args.precisions.split(",") if args.precisions else [None]
         for eng, p3, factor, vaug, sout, var, prec in [
                 (e, p, f, a, so, w, pr) for e in engines for p in args.phase3.split(",") for f in factors

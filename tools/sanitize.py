@@ -93,8 +93,7 @@ def _run(a) -> int:
                 tag = f"{eng.NAME}/{p3.NAME}"
                 if mod._runs_split(d["q"], d["k"], d["v"], d["g"], d["beta"], d["v"], a.chunk):
                     tag = "shared/split"  # d["v"] stands in for o: same shape and layout
-                    if mod.SPLIT_OUT == "tensor_cores" and rungs.module("tensor_cores").out_pipe_fits(
-                            K, V, a.chunk, False, True, True):
+                    if mod.split_out_module(K, V, a.chunk) is not None:
                         tag += "+tc"
                 variants = [(tag, {"num_segments": a.segments, "scan": a.scan, "engine": a.engine})]
             elif r == "recurrent":

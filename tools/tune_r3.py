@@ -43,7 +43,7 @@ def main(argv=None) -> int:
                     help="r5's stage hand-offs to try (comma-separated: pair, rendezvous; default: r5's HANDOFF)")
     ap.add_argument("--vary", action="append", default=None,
                     help="MODULE.NAME=a,b: a rungs module's constant (read at launch) to try at each value "
-                         "(repeatable: every combination)")
+                         "(repeatable: every combination; values of digits are set as integers)")
     ap.add_argument("--out", default="tune_r3.json")
     ap.add_argument("--no-check", action="store_true", help="skip the oracle check (faster)")
     args = ap.parse_args(argv)
@@ -61,19 +61,7 @@ def main(argv=None) -> int:
     intras = args.intra.split(",") if args.rung == "tensor_cores" else [None]
     schedules = args.schedule.split(",") if args.rung in ("tensor_cores", "shared") else [None]
     handoffs = (args.handoff or mod.HANDOFF).split(",") if args.rung == "warp_roles" else [None]
-    varied = []  # (module, constant name, values) per --vary
-    for spec in args.vary or ():
-        import importlib
-
-        target, values = spec.split("=", 1)
-        mod_name, vary_name = target.rsplit(".", 1)
-        vary_mod = importlib.import_module(f"linattn_numba.rungs.{mod_name}")
-        if not hasattr(vary_mod, vary_name):
-            raise SystemExit(f"--vary: linattn_numba.rungs.{mod_name} has no {vary_name}")
-        varied.append((vary_mod, vary_name, values.split(",")))
-    vary_values = [()]  # every combination of the varied constants' values
-    for _, _, values in varied:
-        vary_values = [combo + (x,) for combo in vary_values for x in values]
+    varied, vary_values = bench.varied_constants(args.vary)  # (module, name, values) per --vary; combinations
     result = {"device": bench.device_info(), "rung": args.rung, "shape": dict(B=B, T=T, H=H, K=K, V=V),
               "date": time.ctime(), "git": bench.git_sha(), "versions": bench.versions(), "recurrences": {}}
     for rec in args.recurrences.split(","):

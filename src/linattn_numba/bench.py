@@ -183,6 +183,27 @@ def _fill_kernel():
     return fill
 
 
+def varied_constants(specs):
+    """The ``--vary MODULE.NAME=a,b`` options of the tuning tools (``tools/tune_r3.py``, ``tools/r4_engine_probe.py``):
+    ``(varied, combos)``, ``varied`` a ``(module, name, values)`` per spec (a constant of ``linattn_numba.rungs.
+    MODULE`` that its launches read; values of digits become ints), ``combos`` every combination of their values as
+    tuples (``[()]`` without specs). SystemExit names a constant the module lacks."""
+    import importlib
+
+    varied = []
+    for spec in specs or ():
+        target, values = spec.split("=", 1)
+        mod_name, name = target.rsplit(".", 1)
+        mod = importlib.import_module(f"linattn_numba.rungs.{mod_name}")
+        if not hasattr(mod, name):
+            raise SystemExit(f"--vary: linattn_numba.rungs.{mod_name} has no {name}")
+        varied.append((mod, name, [int(x) if x.isdigit() else x for x in values.split(",")]))
+    combos = [()]
+    for _, _, values in varied:
+        combos = [combo + (x,) for combo in combos for x in values]
+    return varied, combos
+
+
 def check_heads(o, ht, inp, heads, recurrence_args, cache=None) -> float:
     """Relative error of ``o`` (and ``ht``) on the given (b, h) heads against the float64 oracle. ``cache``: a dict
     that keeps the oracle's results per head between calls on the same inputs (the oracle at long T takes

@@ -819,6 +819,20 @@ def _runs_split(q, k, v, g, beta, o, chunk_size, name=None):
     return ok
 
 
+def split_out_module(K, V, chunk_size):
+    """With the split (:func:`_runs_split`, which checks the arrays' rows): r6's module where phase 3 runs its
+    pipelined output kernel (:data:`SPLIT_OUT` "tensor_cores", r6 registered, ``out_pipe_fits``), else None (r3's
+    output kernel runs). An unknown SPLIT_OUT: ValueError."""
+    from . import RUNGS, module
+
+    if SPLIT_OUT not in SPLIT_OUTS:
+        raise ValueError(f"rung {NAME!r}: SPLIT_OUT must be one of {SPLIT_OUTS}, got {SPLIT_OUT!r}")
+    if SPLIT_OUT != "tensor_cores" or "tensor_cores" not in RUNGS:
+        return None
+    tc = module("tensor_cores")
+    return tc if tc.out_pipe_fits(K, V, chunk_size, False, True, True) else None
+
+
 @functools.lru_cache(maxsize=None)
 def _sm_count() -> int:
     if sim.active():
@@ -978,7 +992,7 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
                                      or num_segments < 1):
         raise ValueError(f"rung {NAME!r}: num_segments must be a positive integer, got {num_segments!r}")
     C = int(chunk_size)
-    from . import RUNGS, module
+    from . import module
 
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"rung {NAME!r}: precision must be one of {PRECISIONS} or None, got {precision!r}")
@@ -992,13 +1006,7 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, *, num_seg
     if num_segments is None:
         num_segments = choose_num_segments(B, T, H, K, V, C, beta is not None)
     NS, L = plan_segments(T, C, num_segments)
-    tc = None  # with the split: r6, where phase 3 runs its output kernel (SPLIT_OUT), else r3's kernel runs
-    if split:
-        if SPLIT_OUT not in SPLIT_OUTS:
-            raise ValueError(f"rung {NAME!r}: SPLIT_OUT must be one of {SPLIT_OUTS}, got {SPLIT_OUT!r}")
-        if SPLIT_OUT == "tensor_cores" and "tensor_cores" in RUNGS:
-            tc = module("tensor_cores")
-            tc = tc if tc.out_pipe_fits(K, V, C, False, True, True) else None  # split checked the arrays' rows
+    tc = split_out_module(K, V, C) if split else None  # r6, where phase 3 runs its output kernel
     if NS == 1 or B * H * K * V == 0 or (o is None and ht is None):
         if o is not None or ht is not None:  # one segment: a plain forward, by the rung whose split schedule
             # phases 1 and 3 would run (r6's: r3's state kernel and its own output kernel; or r3's), else the engine
