@@ -117,19 +117,16 @@ def test_split_pipelines(monkeypatch, recurrence, T, C, K, V, with_h0):
         run(inp, C, with_h0, True)
 
 
-@pytest.mark.parametrize("recurrence,B,T,C,K,V,x_ahead", [
-    ("decay", 2, 150, 64, 64, 12, 1), ("plain", 1, 45, 16, 40, 36, 0), ("plain", 1, 45, 16, 40, 36, 1),
-    ("plain", 1, 45, 16, 40, 36, 2), ("decay", 1, 1, 16, 8, 8, 1)], ids=str)
-def test_split_deferred(monkeypatch, recurrence, B, T, C, K, V, x_ahead):
+@pytest.mark.parametrize("recurrence,B,T,C,K,V", [
+    ("decay", 2, 150, 64, 64, 12), ("plain", 1, 45, 16, 40, 36), ("decay", 1, 1, 16, 8, 8)], ids=str)
+def test_split_deferred(recurrence, B, T, C, K, V):
     """The split schedule with the start state deferred (r4's phases): the state kernel walks from zero, writes
     every chunk's state, the log decays lg and the final state; a start state x given only after that gives, through
     the output kernel (S_c = hs_c + exp(lg_c) x), the output of ``forward`` with h0 = x, and ht is the zero-start
     walk's. x's rows past K (K = 40 in K' = 64) and value columns past V (two passes of 32 at V = 36) are skipped;
     at C = 16 four slabs of S_c a pass land in the loop (the correction at each landing), at C = 64 two, and a
     short last chunk (T = 150); B = 2 (x per sequence); T = 1. The output kernel is r3's pipelined one
-    (``_out_kernel``, with the deferred state), with X's loads where ``X_AHEAD`` says (0: after the wait for a slab,
-    1: before the products of the slab before, 2: before the wait)."""
-    monkeypatch.setattr(r3, "X_AHEAD", x_ahead)
+    (``_out_kernel``, with the deferred state)."""
     inp = make(B, T, 1, K, V, recurrence, seed=T + K)
     H = 1
     d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
@@ -139,7 +136,7 @@ def test_split_deferred(monkeypatch, recurrence, B, T, C, K, V, x_ahead):
     assert r3.split_deferred_fits(d["q"], d["k"], d["v"], d["g"], None, o, C)
     with kernels_made(r3, "_out_kernel") as made:
         first, second = r3.split_deferred(d["q"], d["k"], d["v"], d["g"], o, ht, x, K**-0.5, C, tag=".test")
-    assert [args for args, _, _ in made] == [(C, r3.padded_k(K), recurrence == "decay", True, x_ahead)]
+    assert [args for args, _, _ in made] == [(C, r3.padded_k(K), recurrence == "decay", True)]
     assert [n for n, _ in first] == (["gates"] if recurrence == "decay" else []) + ["state"]
     assert [n for n, _ in second] == ["out"]
     for _, launch in first:
@@ -297,9 +294,9 @@ def test_module_contract():
     # per dtype and recurrence: intra with output (+ state only unless plain) and state x (4 with o, 2 without)
     # float32 with and without 128-bit input loads, float16 without; with 128-bit loads the split schedule's state
     # and output kernels of plain and decay (the general state kernel storing S_c, the pipelined one, the output
-    # kernel, and the pipelined one writing lg and the output kernel adding x: split_deferred, with X's loads in each
-    # of the three places of X_AHEAD); its gates kernel for float32 and float16 gates
-    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 7 + 2
+    # kernel, and the pipelined one writing lg and the output kernel adding x: split_deferred); its gates kernel for
+    # float32 and float16 gates
+    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 5 + 2
     assert r3.SCHEDULES == ("fused", "split") and r3.SCHEDULE == "split"  # the measured default (docstring)
 
 

@@ -176,9 +176,9 @@ def test_module_contract():
     labels = [label for label, _, _ in r6.compile_targets()]
     # per recurrence: float32 x (4 with o, 2 without), float16 x 2 (h0 and ht, with and without o), TF32 x 1;
     # a tensor-core intra kernel each; the two additive recurrences: the split schedule's state and output kernels
-    # and the pipelined output kernel (3xTF32, TF32, 3xTF32 with the deferred start state, its loads in each of the
-    # three places of r3.X_AHEAD); the gates kernel for float32 and float16 gates
-    assert len(labels) == len(set(labels)) == 4 * (6 + 2 + 1 + 1) + 2 * (2 + 5) + 2
+    # and the pipelined output kernel (3xTF32, TF32, 3xTF32 with the deferred start state); the gates kernel for
+    # float32 and float16 gates
+    assert len(labels) == len(set(labels)) == 4 * (6 + 2 + 1 + 1) + 2 * (2 + 3) + 2
     assert all(label.startswith(("state[", "intra_tc[", "out_tc[", "out_pipe[", "gates[")) for label in labels)
     # the measured defaults (module docstring): split for the additive family, the tensor-core intra kernel
     assert r6.INTRAS == ("r3", "tensor_cores") and r6.INTRA == "tensor_cores" and r6.INTRA_DELTA == "r3"

@@ -1419,8 +1419,6 @@ SCHEDULES = ("fused", "split")
 SCHEDULE = "split"  # the default of forward(schedule=...): faster on the H200 (module docstring)
 SPLIT_MAX_BYTES = 4 << 30  # the largest per-chunk state buffer (hs) the split schedule allocates
 SPLIT_BV = 32  # the split schedule's state kernel: value-tile width (P2 only: 256 threads, two blocks per SM)
-X_AHEAD = 1  # the deferred start state (split_deferred): where X's loads for slab j + 1 are issued: 0 after the
-# wait for slab j + 1 (with the adds), 1 before slab j's products, 2 after them, before the wait (_out_pipeline)
 GATES_THREADS = 128
 
 
@@ -1733,41 +1731,6 @@ def _rows_adder(ROWS, COLS, NTH):
     return cuda.jit(device=True, inline="always")(add)
 
 
-@functools.lru_cache(maxsize=None)
-def _rows_adder_steps(ROWS, COLS, NTH):
-    """:func:`_rows_adder` in two steps, so that the loads can be issued well before the adds: ``(XF, load, put)``.
-    ``load(xr, x, b, h, r0, rlim, c0, clim, tid)`` reads the thread's pieces of ``x`` into ``xr``, a local array of
-    XF floats (registers: every index a constant), from a valid row and column whatever the limits say (the
-    unused ones are never added); ``put(sm, off, stride, xr, r0, rlim, c0, clim, w, tid)`` adds ``w xr`` to them in
-    shared memory, for the rows and columns the one-step adder adds. The load has no branch: with the one-step
-    adder's test around the loads as well, ptxas spilled 112 bytes more in r6's output kernel (sm_90)."""
-    QPR = COLS // 4
-    RSTEP = NTH // QPR
-    J = cdiv(ROWS, RSTEP)
-
-    def load(xr, x, b, h, r0, rlim, c0, clim, tid):
-        d = min(c0 + 4 * (tid % QPR), clim - 4)  # clim, a row length of 16-byte rows, is a multiple of 4
-        tf = tid // QPR
-        for j in range(J):
-            y = ld4(x, (b, h, min(r0 + tf + j * RSTEP, rlim - 1), d))
-            for e in range(4):
-                xr[4 * j + e] = y[e]
-
-    def put(sm, off, stride, xr, r0, rlim, c0, clim, w, tid):
-        d = 4 * (tid % QPR)
-        tf = tid // QPR
-        if c0 + d < clim:
-            for j in range(J):
-                t = tf + j * RSTEP
-                if (ROWS % RSTEP == 0 or t < ROWS) and r0 + t < rlim:
-                    p = off + t * stride + d
-                    z = ld4(sm, p)
-                    st4(sm, p, (z[0] + w * xr[4 * j], z[1] + w * xr[4 * j + 1], z[2] + w * xr[4 * j + 2],
-                                z[3] + w * xr[4 * j + 3]))
-
-    return 4 * J, cuda.jit(device=True, inline="always")(load), cuda.jit(device=True, inline="always")(put)
-
-
 @cuda.jit(device=True, inline="always")
 def _mm_4x8_step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m):
     """Steps m .. m + 3 of :func:`_mm_4x8`."""
@@ -1865,7 +1828,7 @@ def _out_fma_products(C, KP):
 OUT_CTX = 10  # integers of a thread's map in _out_pipeline (the products' setup fills what they use)
 
 
-def _out_pipeline(C, KP, has_g, has_x, products, pad=0, x_ahead=0):
+def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
     """The split schedule's output kernel, one chunk of one head per block (fla's ``chunk_fwd_o``), its copies
     overlapped with its products: ``O = scale (diag(gamma) Q S_c + Aqk V)`` with S_c the chunk's starting state,
     written by the state kernel (``store``) to ``hs``. The copies, slabs, buffers and barriers are here; the
@@ -1908,7 +1871,6 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0, x_ahead=0):
     cp_val = _rows_copier(SR, CBW, NTH, False)  # a value slab
     cp_state = _rows_copier(SR, CBW, NTH, True)  # a slab of S_c's rows from hs
     add_x = _rows_adder(SR, CBW, NTH)  # has_x: exp(lg_c) X added to the thread's own pieces of a slab of S_c
-    XF, load_x, put_x = _rows_adder_steps(SR, CBW, NTH)  # the same in two steps (x_ahead)
     setup, state_step, gate, value_step, store = products
 
     # Slab j sits in buffer j mod 3 and is slab j mod NSP of pass j // NSP. The loop below keeps these as counters
@@ -1952,21 +1914,13 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0, x_ahead=0):
         cp_async_commit()
         cp_async_wait_one()
         cuda.syncthreads()  # K's and Q's rows and b in place
-        xr = cuda.local.array(XF, float32)  # has_x: the thread's pieces of X for one slab
-        if has_x and x_ahead == 1:
-            load_x(xr, x, b, h, 0, K, 0, V, tid)  # slab 0's (S_c's first SR rows, pass 0) travel during the scores
         _scores(sm, O_R, O_Q, O_AQK, O_AQK, O_B, O_B, KS, CS, C4, KP, tid, has_g, False, True)
-        if has_x and x_ahead == 2:
-            load_x(xr, x, b, h, 0, K, 0, V, tid)  # ... or during the wait for slab 0
         cp_async_wait_all()
         w = float32(1.0)
         if has_x:
             if has_g:
                 w = math.exp(lg[bh, c])  # the decay since the sequence start: <= 1
-            if x_ahead:
-                put_x(sm, buf(0), SW, xr, 0, K, 0, V, w, tid)
-            else:
-                add_x(sm, buf(0), SW, x, b, h, 0, K, 0, V, w, tid)
+            add_x(sm, buf(0), SW, x, b, h, 0, K, 0, V, w, tid)  # slab 0: S_c's first SR rows, pass 0
         cuda.syncthreads()  # Aqk complete (zero above the diagonal), slab 0 in place; K's rows are read: X1, X2 free
         if NSL > 1:
             issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[1], COL0[1], buf(1), tid)
@@ -1989,12 +1943,6 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0, x_ahead=0):
             r1 = r + 1 if r < 2 else 0
             s1 = s + 1 if s < NSP - 1 else 0  # slab j + 1 within its pass
             col1 = col if s < NSP - 1 else col + CBW
-            if has_x and x_ahead == 1:  # X's pieces of slab j + 1 travel during slab j's products (XF registers
-                if j + 1 < NSL and s1 < NSS:  # held across them)
-                    load_x(xr, x, b, h, s1 * SR, K, col1, V, tid)
-                else:  # xr set on every path: no value of it lives from one slab to the next (ptxas spilled)
-                    for e in range(XF):
-                        xr[e] = float32(0.0)
             if s < NSS:
                 state_step(sm, acc, ctx, off, s)
                 if has_g and s == NSS - 1:
@@ -2006,20 +1954,9 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0, x_ahead=0):
                     for e in range(32):  # the next pass starts from zero (here, not at its first slab: 32 selects
                         acc[e] = float32(0.0)  # per slab there, 3 % of r3's kernel's instructions)
             if j + 1 < NSL:
+                cp_async_wait_one()
                 if has_x and s1 < NSS:
-                    if x_ahead == 2:  # ... or during the wait for slab j + 1
-                        xj = cuda.local.array(XF, float32)
-                        load_x(xj, x, b, h, s1 * SR, K, col1, V, tid)
-                        cp_async_wait_one()
-                        put_x(sm, buf(r1), SW, xj, s1 * SR, K, col1, V, w, tid)
-                    elif x_ahead == 1:
-                        cp_async_wait_one()
-                        put_x(sm, buf(r1), SW, xr, s1 * SR, K, col1, V, w, tid)
-                    else:
-                        cp_async_wait_one()
-                        add_x(sm, buf(r1), SW, x, b, h, s1 * SR, K, col1, V, w, tid)
-                else:
-                    cp_async_wait_one()
+                    add_x(sm, buf(r1), SW, x, b, h, s1 * SR, K, col1, V, w, tid)
                 cuda.syncthreads()  # slab j + 1 in place for all; slab j is read: its buffer takes slab j + 3
                 if j + 3 < NSL:
                     issue(sm, v, hs, b, h, bh, c, t0, n, V, s3, col3, off, tid)
@@ -2036,10 +1973,10 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0, x_ahead=0):
 
 
 @functools.lru_cache(maxsize=None)
-def _out_kernel(C, KP, has_g, has_x=False, x_ahead=0):
+def _out_kernel(C, KP, has_g, has_x=False):
     """r3's output kernel: :func:`_out_pipeline` with the products on the FMA units (:func:`_out_fma_products`).
     256 threads at C = 64 (one 4 x 8 tile each), 64 at C = 32, 16 at C = 16."""
-    return _out_pipeline(C, KP, has_g, has_x, _out_fma_products(C, KP), 0, x_ahead)
+    return _out_pipeline(C, KP, has_g, has_x, _out_fma_products(C, KP), 0)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -2221,11 +2158,10 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
                   np.float32(scale), hs)
     todo.append(("state", lambda: _launch(kern_s, (cdiv(V, BV), BH), (KP // 4) * (BV // 4), smem_s, stream,
                                           args_s)))
-    ahead = X_AHEAD if has_x else 0
     if out_kernel is None:
-        kern_o, smem_o, nth_o = _out_kernel(C, KP, has_g, has_x, ahead), _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
+        kern_o, smem_o, nth_o = _out_kernel(C, KP, has_g, has_x), _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
     else:
-        kern_o, smem_o, nth_o = out_kernel(C, KP, has_g, has_x, ahead)
+        kern_o, smem_o, nth_o = out_kernel(C, KP, has_g, has_x)
     args_o = (q, k, v, bcum, hs, o, np.float32(scale), or_dummy(x, 4), lg)
     todo.append(("out", lambda: _launch(kern_o, (NC, BH), nth_o, smem_o, stream, args_o)))
     return todo
@@ -2324,9 +2260,7 @@ def compile_targets():
                     yield (f"split_state[{rec},lg]", _split_state_kernel(C, KP, SPLIT_BV, has_g, False, True,
                                                                           has_g).py_func,
                            (x4, x4, s2, s4, a4, s3, s2))
-                    for ahead in (0, 1, 2):
-                        yield (f"out[{rec},x" + (f",ahead{ahead}]" if ahead else "]"), _out_kernel(C, KP, has_g, True,
-                                                                                                  ahead).py_func,
-                               (x4, x4, x4, s2, s3, a4, f32, a4, s2))
+                    yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True).py_func,
+                           (x4, x4, x4, s2, s3, a4, f32, a4, s2))
     yield ("gates[float32]", _gates_kernel(C).py_func, (array_type(np.float32, 3), s2))
     yield ("gates[float16]", _gates_kernel(C).py_func, (array_type(np.float16, 3), s2))

@@ -1115,7 +1115,7 @@ def _out_pipe_products(C, KP, three):
 
 
 @functools.lru_cache(maxsize=None)
-def _out_pipe_kernel(C, KP, has_g, has_x, three, x_ahead=0):
+def _out_pipe_kernel(C, KP, has_g, has_x, three):
     """r3's pipelined output kernel (``r3._out_pipeline``: the same copies, slabs, buffers, barriers and deferred
     start state as r3's ``_out_kernel``) with its two products on the tensor cores (:func:`_out_pipe_products`),
     slab rows padded (:func:`_out_pipe_layout`: a B fragment reads down 4 slab rows). The scores stay r3's FMA tiles
@@ -1127,7 +1127,7 @@ def _out_pipe_kernel(C, KP, has_g, has_x, three, x_ahead=0):
     ``FFMA`` per multiply-add per lane, plus the shared loads). One ``mma.m16n8k8`` does 1024 multiply-adds; in
     3xTF32 three of them and 4 split instructions per 8 x 8 B and 8 x 16 A fragment replace 256 ``FFMA`` a warp.
     256 threads at C = 64 (8 warps), 64 at C = 32."""
-    return r3._out_pipeline(C, KP, has_g, has_x, _out_pipe_products(C, KP, three), OUT_PAD, x_ahead)
+    return r3._out_pipeline(C, KP, has_g, has_x, _out_pipe_products(C, KP, three), OUT_PAD)
 
 
 def out_pipe_factory(precision=None):
@@ -1139,9 +1139,9 @@ def out_pipe_factory(precision=None):
         raise ValueError(f"rung {NAME!r}: precision must be one of {PRECISIONS}, got {precision!r}")
     three = precision == "3xtf32"
 
-    def make(C, KP, has_g, has_x, x_ahead=0):
+    def make(C, KP, has_g, has_x):
         smem = _out_pipe_layout(C, KP)[-1] * np.dtype(np.float32).itemsize
-        return _out_pipe_kernel(C, KP, has_g, has_x, three, x_ahead), smem, (C // 4) ** 2
+        return _out_pipe_kernel(C, KP, has_g, has_x, three), smem, (C // 4) ** 2
 
     return make
 
@@ -1307,10 +1307,8 @@ def compile_targets():
                            (x4, x4, x4, s2, s3, s3, s3, s3, a4, a4, s4, f32, s3))
                     yield (f"out_tc[{rec}]", _out_add_kernel(C, KP, has_g, True).py_func, (x4, x4, x4, s2, s3, a4, f32))
                     # the pipelined output kernel: 3xTF32 and TF32, and with the deferred start state (r4's phase 3)
-                    for three, x_t, ahead, lab in ((True, s4, 0, ""), (False, s4, 0, ",tf32"), (True, a4, 0, ",x"),
-                                                   (True, a4, 1, ",x,ahead1"), (True, a4, 2, ",x,ahead2")):
-                        yield (f"out_pipe[{rec}{lab}]", _out_pipe_kernel(C, KP, has_g, x_t is a4, three,
-                                                                          ahead).py_func,
+                    for three, x_t, lab in ((True, s4, ""), (False, s4, ",tf32"), (True, a4, ",x")):
+                        yield (f"out_pipe[{rec}{lab}]", _out_pipe_kernel(C, KP, has_g, x_t is a4, three).py_func,
                                (x4, x4, x4, s2, s3, a4, f32, x_t, s2))
                 else:  # the delta family's tensor-core intra kernel
                     yield (f"intra_tc[{rec}]", _intra_delta_kernel(C, KP, has_g, True).py_func,
