@@ -9,7 +9,7 @@
 #               long_decay / long_gdn run one of the two
 #     step      the decode step alone, after a sweep of its launch choices (bench --only-step --tune step)
 #     long_scaling  B1 H2 K=V=128 at shorter T (decay 64K, 256K; gated delta 64K) for the long-context curve
-#     sweep     time against T at B1 H16 K=V=128 (decay): r3, r4, fla chunk, SDPA
+#     sweep     time against T at B1 H16 K=V=128 (decay): r3, r4, r6, fla chunk, SDPA
 #     r6_intra  r6 with r3's intra kernel and with the tensor-core one (additive), per kernel (tools/tune_r3.py)
 #     r6_split  r6's two schedules for the additive family (fused: intra then state with the output; split: states
 #               stored per chunk, then every chunk's output in parallel), per kernel; then the bench of r6 under
@@ -167,7 +167,7 @@ for m in ${modes//,/ }; do
         --out "$out/h200_long_scaling_gdn_$sha.json" | tee -a "$out/long_scaling.log" || rc=1;;
     sweep)
       bench --shape 1,1024,16,128,128 --shape 1,4096,16,128,128 --shape 1,16384,16,128,128 \
-        --shape 1,65536,16,128,128 --recurrences decay --rungs shared,scan --fla chunk --softmax \
+        --shape 1,65536,16,128,128 --recurrences decay --rungs shared,scan,tensor_cores --fla chunk --softmax \
         --out "$out/h200_sweep_$sha.json" | tee "$out/sweep.log" || rc=1;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
