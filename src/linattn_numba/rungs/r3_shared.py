@@ -1856,8 +1856,12 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
     (:func:`_rows_adder`), before the barrier that publishes the slab. X is read from L2 (one [K, V] per head,
     shared by the sequence's every chunk). Asking L1 for slab j + 1's pieces of X while slab j is multiplied
     (``prefetch.L1``, no registers held) made r4 at the long decay shape slower on the H200: 5.66 against 5.53 ms
-    (``probes/h200_r4_x_prefetch_944bc1d.json``), so the loads stay as they are. Sizes as :func:`split_fits` asks
-    (every size a constant)."""
+    (``probes/h200_r4_x_prefetch_944bc1d.json``), so the loads stay as they are; so did issuing them into registers
+    before slab j's products (5.95 ms: 16 registers held across the products, 128 spilled bytes against 52 in r6's
+    kernel) or between those products and the wait (5.56; ``probes/h200_r4_x_ahead_e328b8e.json``). What X costs is
+    its bytes, not its latency: at 1M tokens the kernel moves 2.1 GB more through L2 and runs 0.29 ms longer than
+    four standard shapes (``probes/h200_ncu_r4_decay_1M_a9af1e5.csv``). Sizes as :func:`split_fits` asks (every
+    size a constant)."""
     C4 = C // 4
     NTH = C4 * C4
     KS, CS = KP + 4, C + 4

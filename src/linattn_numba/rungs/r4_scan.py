@@ -286,6 +286,19 @@ accuracy: relative error 9.9e-4, fla's ~1.8e-3), 5.02 against 5.56 ms with 3xTF3
 3xTF32, 2.09x for the TF32 time) and r3's 48.32 (8.7x), 379 M token-heads/s, 31.1 TFLOP/s counted. The default
 stays 3xTF32: the 2x at float32 accuracy is not met. compute-sanitizer at 8ffbe4a on r4 plain and decay (and r3,
 r6: the merged output kernel): memcheck, racecheck, synccheck clean (``figures/data/h200_sanitize_par_8ffbe4a.txt``).
+
+Where phase 3's extra time goes (a9af1e5, ncu per kernel: ``figures/data/probes/h200_ncu_r4_decay_1M_a9af1e5.csv``
+and ``..._std_a9af1e5.csv``). At B1 T1048576 H2: segment sums 0.017 ms, gates 0.038, r3's split state kernel 2.464,
+the chain 0.055, r6's output kernel 3.005; at the standard shape (a quarter of the token-heads) the same kernels
+take 0.621 and 0.679, so phase 1 runs at the standard-shape rate and phase 3 0.29 ms slower than four standard
+shapes (2.716). Its DRAM reads are the same (5.40 GB against 4 x 1.34); its L2 traffic is 2.14 GB more (12.94
+against 4 x 2.70 GB): the start state X, 64 KB read by each of the 32,768 blocks. Hiding those loads' latency did
+not help (r3's ``_out_pipeline``: issued before the previous slab's products, 5.95 ms, the registers spilled;
+before the wait, 5.56; as landed 5.55: ``figures/data/probes/h200_r4_x_ahead_e328b8e.json``, fla 10.57 there), so
+what is left is to read X less often -- several chunks of one segment per block, which the block's shared memory
+(two blocks of 104 KB per SM) does not leave room for as the kernel is built -- or to make the two big kernels
+faster at every shape. Without X's share phase 3 would be ~2.72 ms and r4 ~5.26 ms, still short of half of fla's
+10.46-10.57 at float32 accuracy.
 """
 
 from __future__ import annotations
