@@ -297,8 +297,8 @@ not help (r3's ``_out_pipeline``: issued before the previous slab's products, 5.
 before the wait, 5.56; as landed 5.55: ``figures/data/probes/h200_r4_x_ahead_e328b8e.json``, fla 10.57 there), so
 what is left is to read X less often -- several chunks of one segment per block, which the block's shared memory
 (two blocks of 104 KB per SM) does not leave room for as the kernel is built -- or to make the two big kernels
-faster at every shape. Without X's share phase 3 would be ~2.72 ms and r4 ~5.26 ms, still short of half of fla's
-10.46-10.57 at float32 accuracy.
+faster at every shape. Without X's share phase 3 would be ~2.72 ms and r4 ~5.26 ms, about half of fla's 10.46-10.57:
+X's traffic is about the whole of what keeps r4 from 2x at float32 accuracy.
 """
 
 from __future__ import annotations
