@@ -98,6 +98,28 @@ def test_split_schedule(recurrence, T, K, V, with_h0, with_ht):
         assert rel_err(h_s, h_f) <= TOL_FP32
 
 
+@pytest.mark.parametrize("recurrence,T,C,K,V,bv,rows", [
+    ("decay", 150, 64, 40, 16, None, 8), ("plain", 45, 16, 16, 24, 8, 8), ("decay", 77, 32, 24, 12, None, 4)],
+    ids=str)
+def test_split_state_rows(monkeypatch, recurrence, T, C, K, V, bv, rows):
+    """The split state kernel with 8 x 4 tiles of the state per thread (``SPLIT_ROWS`` = 8): the same output and
+    final state as the 4 x 4 tiles, against the oracle; K' = 64 and 16 (8 and 2 row groups), several value tiles
+    of a head (V = 24 at bv = 8), a short last chunk. Where the value tile is not a multiple of 8 (V = 12) the
+    kernel falls back to 4 x 4 (K's copy map needs an even number of column quads). Other values are refused."""
+    inp = make(1, T, 2, K, V, recurrence, seed=T + K + V)
+    kw = {} if bv is None else {"bv": bv}
+    o4, h4 = run(inp, C, True, True, **kw)
+    monkeypatch.setattr(r3, "SPLIT_ROWS", 8)
+    with kernels_made(r3, "_split_state_kernel") as made:
+        o8, h8 = run(inp, C, True, True, **kw)
+    assert [args[-1] for args, _, _ in made] == [rows]
+    check(inp, C, True, True, **kw)
+    assert rel_err(o8, o4) <= TOL_FP32 and rel_err(h8, h4) <= TOL_FP32
+    monkeypatch.setattr(r3, "SPLIT_ROWS", 6)
+    with pytest.raises(ValueError, match="SPLIT_ROWS"):
+        run(inp, C, True, True, **kw)
+
+
 @pytest.mark.parametrize("recurrence,T,C,K,V,with_h0", [
     ("decay", 150, 64, 64, 12, True), ("plain", 45, 16, 64, 36, False), ("decay", 77, 32, 40, 8, True)], ids=str)
 def test_split_pipelines(monkeypatch, recurrence, T, C, K, V, with_h0):
@@ -294,9 +316,9 @@ def test_module_contract():
     # per dtype and recurrence: intra with output (+ state only unless plain) and state x (4 with o, 2 without)
     # float32 with and without 128-bit input loads, float16 without; with 128-bit loads the split schedule's state
     # and output kernels of plain and decay (the general state kernel storing S_c, the pipelined one, the output
-    # kernel, and the pipelined one writing lg and the output kernel adding x: split_deferred); its gates kernel for
-    # float32 and float16 gates
-    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 5 + 2
+    # kernel, and the pipelined one writing lg, also with 8 x 4 tiles, and the output kernel adding x: split_deferred);
+    # its gates kernel for float32 and float16 gates
+    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 6 + 2
     assert r3.SCHEDULES == ("fused", "split") and r3.SCHEDULE == "split"  # the measured default (docstring)
 
 

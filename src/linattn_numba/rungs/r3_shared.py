@@ -1419,6 +1419,7 @@ SCHEDULES = ("fused", "split")
 SCHEDULE = "split"  # the default of forward(schedule=...): faster on the H200 (module docstring)
 SPLIT_MAX_BYTES = 4 << 30  # the largest per-chunk state buffer (hs) the split schedule allocates
 SPLIT_BV = 32  # the split schedule's state kernel: value-tile width (P2 only: 256 threads, two blocks per SM)
+SPLIT_ROWS = 4  # the split schedule's state kernel: state rows per thread (4 x 4 or 8 x 4 tiles; read at launch)
 GATES_THREADS = 128
 
 
@@ -1518,8 +1519,35 @@ def _rows_scaler(ROWS, COLS, NTH):
     return J, dev(load_gates), dev(factors), dev(scale)
 
 
+@cuda.jit(device=True, inline="always")
+def _p2_rows4_tall(sm, S, xa, ya, pk, ks, pv, vs):
+    """S[4 i + j] += sum_e K[e, i] V[e, j] over 4 rows e, i < 8 (an 8 x 4 tile): K's at ``sm[pk + e ks + i]``, V's
+    at ``sm[pv + e vs + j]``; the 12 loads of 16 bytes before the 128 FMAs."""
+    for e in range(4):
+        x0 = ld4(sm, pk + e * ks)
+        x1 = ld4(sm, pk + e * ks + 4)
+        y = ld4(sm, pv + e * vs)
+        for f in range(4):
+            xa[8 * e + f] = x0[f]
+            xa[8 * e + 4 + f] = x1[f]
+            ya[4 * e + f] = y[f]
+    for e in range(4):
+        for i in range(8):
+            for j in range(4):
+                S[4 * i + j] += xa[8 * e + i] * ya[4 * e + j]
+
+
+def split_state_threads(KP, BV, rows=None):
+    """Threads of :func:`_split_state_kernel`: one tile of ``rows`` (default :data:`SPLIT_ROWS`) x 4 of the state
+    [KP, BV] each."""
+    rows = SPLIT_ROWS if rows is None else rows
+    if rows not in (4, 8):
+        raise ValueError(f"rung {NAME!r}: SPLIT_ROWS must be 4 or 8, got {rows!r}")
+    return (KP // rows) * (BV // 4)
+
+
 @functools.lru_cache(maxsize=None)
-def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False):
+def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False, rows=4):
     """The split schedule's state kernel: :func:`_state_kernel` in state-only mode with ``store`` (the additive
     family), its staging overlapped with its products. Chunk c + 1's rows of K and value tile are copied by
     ``cp.async`` (:func:`_rows_copier`) into the second of two buffers while chunk c's ``S <- gamma_C S + K^T
@@ -1534,9 +1562,14 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False):
 
     ``has_lg`` (with g; the deferred start state, :func:`split_deferred`): ``lg[bh, c]`` = the sum of g over the
     sequence's tokens before chunk c, log of the decay that a start state has undergone when chunk c begins (a sum
-    of the chunks' b_last, which every thread has a chunk ahead anyway; one thread writes it)."""
+    of the chunks' b_last, which every thread has a chunk ahead anyway; one thread writes it).
+
+    ``rows`` (:data:`SPLIT_ROWS`): a thread's tile of the state is ``rows`` x 4 (8 x 4: half the threads for a value
+    tile, twice the multiply-adds per thread and per copy, and 12 shared loads per 128 FMAs instead of 16)."""
     BV4 = BV // 4
-    NTH = (KP // 4) * BV4
+    TR = rows  # state rows per thread
+    TS = 4 * TR  # the thread's state elements (a local array's size must be a constant)
+    NTH = (KP // TR) * BV4
     WIDE = BV4 % 8 == 0
     KS, VS = KP + 4, BV + 4
     O_K, O_V, _ = _split_state_layout(C, KP, BV)
@@ -1556,18 +1589,18 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False):
         h = bh % H
         v0 = cuda.blockIdx.x * BV
         tid = cuda.threadIdx.x
-        rg, cg = _quad_map(tid, BV4, WIDE)
-        S = cuda.local.array(16, float32)
+        rg, cg = _quad_map(tid, BV4, WIDE)  # the thread's rows TR rg .. TR rg + TR - 1, columns 4 cg .. 4 cg + 3
+        S = cuda.local.array(TS, float32)
         xa = cuda.local.array(32, float32)
         ya = cuda.local.array(32, float32)
         fj = cuda.local.array(JV, float32)
         bj = cuda.local.array(JV1, float32)  # the gates of the thread's value rows, loaded a chunk ahead
         lsum = float32(0.0)  # has_lg: the log decay from the sequence start to this chunk's start
-        for i in range(4):
+        for i in range(TR):
             for j in range(4):
                 S[4 * i + j] = float32(0.0)
-                if has_h0 and rg * 4 + i < K and v0 + cg * 4 + j < V:
-                    S[4 * i + j] = h0[b, h, rg * 4 + i, v0 + cg * 4 + j]
+                if has_h0 and rg * TR + i < K and v0 + cg * 4 + j < V:
+                    S[4 * i + j] = h0[b, h, rg * TR + i, v0 + cg * 4 + j]
         if NC > 0:  # chunk 0 into buffer 0
             if has_g:
                 gates_v(bcum, bh, 0, min(C, T), tid, bj)
@@ -1584,9 +1617,9 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False):
                 cp_v(sm, O_V + (1 - p) * C * VS, VS, v, b, h, t0 + C, n1, V, v0, tid)
             cp_async_commit()
             if v0 + cg * 4 < V:  # V is a multiple of 4 here (split_fits): whole quads
-                for i in range(4):
-                    st4(hs, (bh, c * KP + rg * 4 + i, v0 + cg * 4), (S[4 * i], S[4 * i + 1], S[4 * i + 2],
-                                                                      S[4 * i + 3]))
+                for i in range(TR):
+                    st4(hs, (bh, c * KP + rg * TR + i, v0 + cg * 4), (S[4 * i], S[4 * i + 1], S[4 * i + 2],
+                                                                       S[4 * i + 3]))
             gc = float32(1.0)
             if has_g:
                 gc = math.exp(bj[JV])  # gamma_C
@@ -1602,23 +1635,29 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False):
                 scale_v(sm, O_V + p * C * VS, VS, tid, fj)
             cuda.syncthreads()  # chunk c's K rows and (scaled) values in place for all
             if has_g:
-                for e in range(16):
+                for e in range(TS):
                     S[e] *= gc
             # r3's P2: 8 rows of K and V per step, their 16 loads before the 128 FMAs; rows past the end are zero.
             # Two steps per loop step, written out: their addresses are a base plus constants (311 instructions per
             # 256 FMAs, 334 with one step)
-            pk = O_K + p * C * KS + rg * 4
+            pk = O_K + p * C * KS + rg * TR
             pv = O_V + p * C * VS + cg * 4
             for t16 in range(0, C, 16):
-                _p2_rows8(sm, S, xa, ya, pk + t16 * KS, KS, pv + t16 * VS, VS)
-                _p2_rows8(sm, S, xa, ya, pk + (t16 + 8) * KS, KS, pv + (t16 + 8) * VS, VS)
+                if TR == 4:
+                    _p2_rows8(sm, S, xa, ya, pk + t16 * KS, KS, pv + t16 * VS, VS)
+                    _p2_rows8(sm, S, xa, ya, pk + (t16 + 8) * KS, KS, pv + (t16 + 8) * VS, VS)
+                else:  # 8 x 4: four steps of 4 rows (the same 256 FMAs a step as above, twice per loop step)
+                    _p2_rows4_tall(sm, S, xa, ya, pk + t16 * KS, KS, pv + t16 * VS, VS)
+                    _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 4) * KS, KS, pv + (t16 + 4) * VS, VS)
+                    _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 8) * KS, KS, pv + (t16 + 8) * VS, VS)
+                    _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 12) * KS, KS, pv + (t16 + 12) * VS, VS)
             cuda.syncthreads()  # chunk c's buffers are read: chunk c + 2 goes there
         cp_async_wait_all()
         if has_ht:
-            for i in range(4):
+            for i in range(TR):
                 for j in range(4):
-                    if rg * 4 + i < K and v0 + cg * 4 + j < V:
-                        ht[b, h, rg * 4 + i, v0 + cg * 4 + j] = S[4 * i + j]
+                    if rg * TR + i < K and v0 + cg * 4 + j < V:
+                        ht[b, h, rg * TR + i, v0 + cg * 4 + j] = S[4 * i + j]
 
     if config.ENABLE_CUDASIM:
         return cuda.jit(split_state)
@@ -2152,16 +2191,20 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     if STATE_KERNEL not in STATE_KERNELS:
         raise ValueError(f"rung {NAME!r}: STATE_KERNEL must be one of {STATE_KERNELS}, got {STATE_KERNEL!r}")
     if STATE_KERNEL == "pipelined" or has_x:  # only the pipelined kernel writes lg
+        rows = split_state_threads(KP, BV) and SPLIT_ROWS  # checks SPLIT_ROWS
+        if rows == 8 and BV % 8:  # 8 x 4 tiles: the copy map of K's rows needs an even number of column quads
+            rows = 4
         smem_s = _split_state_layout(C, KP, BV)[-1] * f4
-        kern_s = _split_state_kernel(C, KP, BV, has_g, h0 is not None, ht is not None, has_g and has_x)
+        kern_s = _split_state_kernel(C, KP, BV, has_g, h0 is not None, ht is not None, has_g and has_x, rows)
+        nth_s = split_state_threads(KP, BV, rows)
         args_s = (k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, lg)
     else:
         smem_s = _state_layout(C, KP, BV)[-1] * f4
         kern_s = _state_kernel(C, KP, BV, has_g, False, False, h0 is not None, ht is not None, True, True)
+        nth_s = (KP // 4) * (BV // 4)
         args_s = (q, k, v, bcum, d3, d3, d3, d3, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(None, 4),
                   np.float32(scale), hs)
-    todo.append(("state", lambda: _launch(kern_s, (cdiv(V, BV), BH), (KP // 4) * (BV // 4), smem_s, stream,
-                                          args_s)))
+    todo.append(("state", lambda: _launch(kern_s, (cdiv(V, BV), BH), nth_s, smem_s, stream, args_s)))
     if out_kernel is None:
         kern_o, smem_o, nth_o = _out_kernel(C, KP, has_g, has_x), _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
     else:
@@ -2263,6 +2306,10 @@ def compile_targets():
                     # the deferred start state (split_deferred, r4's phases): lg written, x added
                     yield (f"split_state[{rec},lg]", _split_state_kernel(C, KP, SPLIT_BV, has_g, False, True,
                                                                           has_g).py_func,
+                           (x4, x4, s2, s4, a4, s3, s2))
+                    # 8 x 4 tiles of a 64-column value tile (SPLIT_ROWS = 8)
+                    yield (f"split_state[{rec},lg,8x4]", _split_state_kernel(C, KP, 64, has_g, False, True, has_g,
+                                                                              8).py_func,
                            (x4, x4, s2, s4, a4, s3, s2))
                     yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True).py_func,
                            (x4, x4, x4, s2, s3, a4, f32, a4, s2))
