@@ -1418,8 +1418,8 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, store=False
 SCHEDULES = ("fused", "split")
 SCHEDULE = "split"  # the default of forward(schedule=...): faster on the H200 (module docstring)
 SPLIT_MAX_BYTES = 4 << 30  # the largest per-chunk state buffer (hs) the split schedule allocates
-SPLIT_BV = 32  # the split schedule's state kernel: value-tile width (P2 only: 256 threads, two blocks per SM)
-SPLIT_ROWS = 4  # the split schedule's state kernel: state rows per thread (4 x 4 or 8 x 4 tiles; read at launch)
+SPLIT_BV = 64  # the split schedule's state kernel: value-tile width (P2 only: 256 threads, two blocks per SM)
+SPLIT_ROWS = 8  # the split schedule's state kernel: state rows per thread (4 x 4 or 8 x 4 tiles; read at launch)
 GATES_THREADS = 128
 
 
