@@ -155,10 +155,11 @@ BV_DEFAULT = 64
 # gates _chunk_gates, and the state kernel's one-call staging _stage_chunk (its fixed-map version: _chunk_stager)
 # and L2 prefetch of the next chunk _chunk_prefetcher (built on _lines_prefetcher and _line_request). Read them in
 # src/linattn_numba/rungs/r3_shared.py (or with inspect.getsource); the launch code below also uses the package's
-# _launch, _rows_aligned and scratch_buffers. The split schedule's pieces (_gates_kernel, _split_state_kernel,
-# _out_kernel: the slab pipeline _out_pipeline with r3's products _out_fma_products, their copiers _rows_copier /
-# _rows_scaler / _rows_adder, _split_runs, _split_launches, and split_deferred, r4's phases 1 and 3) are given
-# whole: the exercise's forward runs the fused schedule.
+# _launch, _rows_aligned and scratch_buffers. The split schedule's pieces (_gates_kernel, _split_state_kernel with
+# its tilings split_tile / split_state_threads / _p2_rows4_tall, _out_kernel: the slab pipeline _out_pipeline with
+# r3's products _out_fma_products, their copiers _rows_copier / _rows_scaler / _rows_adder, _split_runs,
+# _split_launches, and split_deferred, r4's phases 1 and 3) are given whole: the exercise's forward runs the fused
+# schedule.
 # ==========================================================================================================
 from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _chunk_gates,
@@ -172,6 +173,7 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _out_layout,
     _out_pipeline,
     _out_shape,
+    _p2_rows4_tall,
     _p2_rows8,
     _rows_adder,
     _rows_copier,
@@ -203,6 +205,8 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     split_deferred,
     split_deferred_fits,
     split_fits,
+    split_state_threads,
+    split_tile,
     wide_state_columns,
 )
 from linattn_numba.vec import ld1, ld4, prefetch_l2, st4  # noqa: E402,F401

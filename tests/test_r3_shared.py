@@ -108,6 +108,7 @@ def test_split_state_rows(monkeypatch, recurrence, T, C, K, V, bv, rows):
     kernel falls back to 4 x 4 (K's copy map needs an even number of column quads). Other values are refused."""
     inp = make(1, T, 2, K, V, recurrence, seed=T + K + V)
     kw = {} if bv is None else {"bv": bv}
+    monkeypatch.setattr(r3, "SPLIT_ROWS", 4)
     o4, h4 = run(inp, C, True, True, **kw)
     monkeypatch.setattr(r3, "SPLIT_ROWS", 8)
     with kernels_made(r3, "_split_state_kernel") as made:
@@ -118,6 +119,33 @@ def test_split_state_rows(monkeypatch, recurrence, T, C, K, V, bv, rows):
     monkeypatch.setattr(r3, "SPLIT_ROWS", 6)
     with pytest.raises(ValueError, match="SPLIT_ROWS"):
         run(inp, C, True, True, **kw)
+
+
+def test_split_tile(monkeypatch):
+    """``split_tile``: 64 value columns in 8 x 4 tiles where that leaves SPLIT_WIDE_BLOCKS blocks (B4 H16 V128: 128;
+    r4's phase 1 at B1 T1M H2: 128 segments x 2 heads x 2), else 32 in 4 x 4 (B1 H2: each walker's speed counts);
+    an explicit value tile or SPLIT_BV / SPLIT_ROWS win, the tile is capped by V, 8 x 4 needs a multiple of 8.
+    With the rule's threshold lowered the forward takes the 8 x 4 path by itself, against the oracle."""
+    assert r3.SPLIT_BV is None and r3.SPLIT_ROWS is None
+    assert r3.split_tile(64, 128, 64, 128) == (64, 8)
+    assert r3.split_tile(64, 128, 256, 128) == (64, 8)
+    assert r3.split_tile(64, 128, 2, 128) == (32, 4)
+    assert r3.split_tile(64, 128, 32, 128) == (32, 4)  # B1 H16: 32 blocks of 64 columns
+    assert r3.split_tile(64, 128, 64, 128, bv=32) == (32, 8)  # the tiling still by the walkers
+    assert r3.split_tile(16, 16, 2, 24, bv=8) == (8, 4)
+    assert r3.split_tile(64, 64, 200, 12) == (12, 4)  # V = 12: not a multiple of 8
+    monkeypatch.setattr(r3, "SPLIT_ROWS", 8)
+    assert r3.split_tile(64, 128, 2, 128) == (32, 8)
+    monkeypatch.setattr(r3, "SPLIT_ROWS", None)
+    monkeypatch.setattr(r3, "SPLIT_BV", 32)
+    assert r3.split_tile(64, 128, 64, 128) == (32, 8)
+    assert r3.split_tile(64, 128, 2, 128) == (32, 4)
+    monkeypatch.setattr(r3, "SPLIT_BV", None)
+    monkeypatch.setattr(r3, "SPLIT_WIDE_BLOCKS", 1)
+    inp = make(1, 70, 2, 24, 16, "decay", seed=5)
+    with kernels_made(r3, "_split_state_kernel") as made:
+        check(inp, 64, True, True)
+    assert [(args[2], args[-1]) for args, _, _ in made] == [(16, 8)]
 
 
 @pytest.mark.parametrize("recurrence,T,C,K,V,with_h0", [
@@ -316,9 +344,9 @@ def test_module_contract():
     # per dtype and recurrence: intra with output (+ state only unless plain) and state x (4 with o, 2 without)
     # float32 with and without 128-bit input loads, float16 without; with 128-bit loads the split schedule's state
     # and output kernels of plain and decay (the general state kernel storing S_c, the pipelined one, the output
-    # kernel, and the pipelined one writing lg, also with 8 x 4 tiles, and the output kernel adding x: split_deferred);
-    # its gates kernel for float32 and float16 gates
-    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 6 + 2
+    # kernel in its two tilings, also writing lg, and the output kernel adding x: split_deferred); its gates kernel
+    # for float32 and float16 gates
+    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 7 + 2
     assert r3.SCHEDULES == ("fused", "split") and r3.SCHEDULE == "split"  # the measured default (docstring)
 
 

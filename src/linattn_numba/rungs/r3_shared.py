@@ -246,8 +246,9 @@ cores), at the price of a buffer of every chunk's starting state::
 
     gates   (heads x chunks threads)        bcum = in-chunk cumulative log-gates                     (decay only)
     state   grid (V / BV, B H), 256         per chunk: hs[c] = S (4 128-bit stores a thread), then
-            threads (:func:`_split_state_   S <- gamma_C S + K^T diag(gamma_C / gamma) V (P2 only; BV = SPLIT_BV
-            kernel`)                        = 32: two blocks per SM, 256 blocks); chunk c + 1 copied meanwhile
+            threads (:func:`_split_state_   S <- gamma_C S + K^T diag(gamma_C / gamma) V (P2 only; BV = 64 in
+            kernel`)                        8 x 4 tiles, :func:`split_tile`: two blocks per SM, 128 blocks);
+                                            chunk c + 1 copied meanwhile
     out     grid (NT, B H), 256 threads     O = scale (diag(gamma) Q hs[c] + Aqk V), every chunk at once
             (:func:`_out_kernel`)           (fla's chunk_fwd_o): K and Q copied, the scores (:func:`_scores`)
                                             while S_c's first slab arrives, then slabs of S_c and of V through
@@ -1418,8 +1419,11 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, store=False
 SCHEDULES = ("fused", "split")
 SCHEDULE = "split"  # the default of forward(schedule=...): faster on the H200 (module docstring)
 SPLIT_MAX_BYTES = 4 << 30  # the largest per-chunk state buffer (hs) the split schedule allocates
-SPLIT_BV = 64  # the split schedule's state kernel: value-tile width (P2 only: 256 threads, two blocks per SM)
-SPLIT_ROWS = 8  # the split schedule's state kernel: state rows per thread (4 x 4 or 8 x 4 tiles; read at launch)
+# the split schedule's state kernel (read at launch): value-tile width and state rows per thread (4 x 4 or 8 x 4
+# tiles); None: split_tile's choice by the shape, an int fixes it
+SPLIT_BV = None
+SPLIT_ROWS = None
+SPLIT_WIDE_BLOCKS = 96  # split_tile: 8 x 4 tiles of 64 value columns where they still make this many blocks
 GATES_THREADS = 128
 
 
@@ -1537,13 +1541,28 @@ def _p2_rows4_tall(sm, S, xa, ya, pk, ks, pv, vs):
                 S[4 * i + j] += xa[8 * e + i] * ya[4 * e + j]
 
 
-def split_state_threads(KP, BV, rows=None):
-    """Threads of :func:`_split_state_kernel`: one tile of ``rows`` (default :data:`SPLIT_ROWS`) x 4 of the state
-    [KP, BV] each."""
-    rows = SPLIT_ROWS if rows is None else rows
-    if rows not in (4, 8):
-        raise ValueError(f"rung {NAME!r}: SPLIT_ROWS must be 4 or 8, got {rows!r}")
+def split_state_threads(KP, BV, rows):
+    """Threads of :func:`_split_state_kernel`: one tile of ``rows`` x 4 of the state [KP, BV] each."""
     return (KP // rows) * (BV // 4)
+
+
+def split_tile(C, KP, BH, V, bv=None):
+    """``(BV, rows)`` of the split schedule's state kernel for BH (batch x head) walkers of V value columns: the value
+    tile ``bv`` (else :data:`SPLIT_BV`) and the state rows per thread :data:`SPLIT_ROWS` where given; otherwise
+    64 columns (at most V) in 8 x 4 tiles where that still makes :data:`SPLIT_WIDE_BLOCKS` blocks (B H ceil(V /
+    64)), else 32 columns in 4 x 4 tiles. On the H200 (``figures/data/probes/h200_r4_split_rows_1e301a6.json``,
+    ``h200_tune_r3_split_rows_1e301a6.json``) 64 / 8 x 4 took the state kernel from 0.598 to 0.560 ms at B4 T8192
+    H16 (128 blocks) and r4 at B1 T1048576 H2 (512 blocks in phase 1) from 5.556 to 5.052 ms; with few walkers
+    (B1 H2: 4 blocks instead of 8) it made r3's forward 73.7 ms against 48.3 (``h200_long_decay_3aed3d0.json``),
+    where each walker's speed is what counts. 8 x 4 needs the value tile a multiple of 8 (K's copy map: an even
+    number of column quads), else 4 x 4 runs."""
+    wide = BH * cdiv(max(V, 1), 64) >= SPLIT_WIDE_BLOCKS
+    bv = SPLIT_BV if bv is None else bv
+    BV = value_tile(C, KP, V, (64 if wide else 32) if bv is None else bv)
+    rows = SPLIT_ROWS if SPLIT_ROWS is not None else 8 if wide else 4
+    if rows not in (4, 8):
+        raise ValueError(f"rung {NAME!r}: SPLIT_ROWS must be 4, 8 or None, got {rows!r}")
+    return BV, (4 if BV % 8 else rows)
 
 
 @functools.lru_cache(maxsize=None)
@@ -2178,7 +2197,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     BH = B * H
     has_g, has_x = g is not None, x is not None
     f4 = np.dtype(np.float32).itemsize
-    BV = value_tile(C, KP, V, SPLIT_BV if bv is None else bv)
+    BV, rows = split_tile(C, KP, BH, V, bv)
     bcum = _scratch("bcum" + tag, (BH, NC * C), stream) if has_g else or_dummy(None, 2)
     hs = _scratch("hs" + tag, (BH, NC * KP, V), stream)
     lg = _scratch("lg" + tag, (BH, NC), stream) if has_g and has_x else or_dummy(None, 2)
@@ -2191,9 +2210,6 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     if STATE_KERNEL not in STATE_KERNELS:
         raise ValueError(f"rung {NAME!r}: STATE_KERNEL must be one of {STATE_KERNELS}, got {STATE_KERNEL!r}")
     if STATE_KERNEL == "pipelined" or has_x:  # only the pipelined kernel writes lg
-        rows = split_state_threads(KP, BV) and SPLIT_ROWS  # checks SPLIT_ROWS
-        if rows == 8 and BV % 8:  # 8 x 4 tiles: the copy map of K's rows needs an even number of column quads
-            rows = 4
         smem_s = _split_state_layout(C, KP, BV)[-1] * f4
         kern_s = _split_state_kernel(C, KP, BV, has_g, h0 is not None, ht is not None, has_g and has_x, rows)
         nth_s = split_state_threads(KP, BV, rows)
@@ -2297,20 +2313,20 @@ def compile_targets():
                                 (x4, x4, x4, s2, s3, s3, s3, s3, h0_t, ht_t, o_t, f32, s3),
                             )
                 if vin and not delta:  # the split schedule: state kernel storing S_c (with h0 and ht), output
-                    yield (f"state[{tag},split]", _state_kernel(C, KP, SPLIT_BV, has_g, False, False, True, True,
+                    yield (f"state[{tag},split]", _state_kernel(C, KP, 32, has_g, False, False, True, True,
                                                                True, True).py_func,
                            (x4, x4, x4, s2, s3, s3, s3, s3, a4, a4, s4, f32, s3))
-                    yield (f"split_state[{rec}]", _split_state_kernel(C, KP, SPLIT_BV, has_g, True, True).py_func,
-                           (x4, x4, s2, a4, a4, s3, s2))
+                    # the pipelined state kernel in split_tile's two configurations: 8 x 4 tiles of 64 value columns
+                    # (many walkers) and 4 x 4 tiles of 32 (few); with h0 and ht, and (the deferred start state,
+                    # split_deferred: r4's phases) writing lg
+                    for bv_, rows_, lab in ((64, 8, ""), (32, 4, ",4x4")):
+                        yield (f"split_state[{rec}{lab}]", _split_state_kernel(C, KP, bv_, has_g, True, True, False,
+                                                                                rows_).py_func,
+                               (x4, x4, s2, a4, a4, s3, s2))
+                        yield (f"split_state[{rec},lg{lab}]", _split_state_kernel(C, KP, bv_, has_g, False, True,
+                                                                                   has_g, rows_).py_func,
+                               (x4, x4, s2, s4, a4, s3, s2))
                     yield (f"out[{rec}]", _out_kernel(C, KP, has_g).py_func, (x4, x4, x4, s2, s3, a4, f32, s4, s2))
-                    # the deferred start state (split_deferred, r4's phases): lg written, x added
-                    yield (f"split_state[{rec},lg]", _split_state_kernel(C, KP, SPLIT_BV, has_g, False, True,
-                                                                          has_g).py_func,
-                           (x4, x4, s2, s4, a4, s3, s2))
-                    # 8 x 4 tiles of a 64-column value tile (SPLIT_ROWS = 8)
-                    yield (f"split_state[{rec},lg,8x4]", _split_state_kernel(C, KP, 64, has_g, False, True, has_g,
-                                                                              8).py_func,
-                           (x4, x4, s2, s4, a4, s3, s2))
                     yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True).py_func,
                            (x4, x4, x4, s2, s3, a4, f32, a4, s2))
     yield ("gates[float32]", _gates_kernel(C).py_func, (array_type(np.float32, 3), s2))
