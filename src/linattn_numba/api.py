@@ -217,10 +217,10 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
 # r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 1.536 ms decay / 3.62 ms gated
 # delta, r6: 1.330 / 3.52 ms (figures/data/h200_r6_pipe_45bc923.json, h200_r3_a757612.json); over 8192 tokens
 SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.1875, 0.442), "tensor_cores": (0.162, 0.430)}
-# r4 with its default engine (r6), phases 1 and 3 on r3's split schedule with r6's output kernel for decay: 5.53 ms
-# over 2 x 1,048,576 (figures/data/h200_long_decay_1753dfc.json); phase 3 on r1 for gated delta: 6.51 ms over
-# 2 x 262,144 (figures/data/h200_long_gdn_4adc74d.json)
-SCAN_NS_PER_TOKEN_HEAD = (2.64, 12.42)
+# r4 with its default engine (r6), phases 1 and 3 on r3's split schedule (its state kernel in 8 x 4 tiles of 64 value
+# columns) with r6's output kernel for decay: 5.06 ms over 2 x 1,048,576 (figures/data/h200_long_decay_3aed3d0.json);
+# phase 3 on r1 for gated delta: 6.51 ms over 2 x 262,144 (figures/data/h200_long_gdn_4adc74d.json)
+SCAN_NS_PER_TOKEN_HEAD = (2.41, 12.42)
 SCAN_MARGIN = 0.8  # the scan must be estimated at least this much faster (the model has two points per family)
 
 

@@ -336,6 +336,21 @@ for the gated delta rule's). About 800 instructions fewer a warp and chunk. H200
 0.890, state 0.597 -> 0.600), plain 1.440 -> 1.426 (out 0.870 -> 0.855), gated delta 3.632 -> 3.607 (intra 1.608 ->
 1.583). The bench beside fla is the README's table (``figures/data/h200_r3_c1b6e3c.json``).
 
+Then the state kernel's tiling (d88055a, :func:`split_tile`). Every block of the state kernel copies all of K's rows
+of its chunk: with 32-column value tiles a head's K is copied four times, and a thread's 4 x 4 tile does 1,024
+multiply-adds a chunk for its copies, its S_c stores and two barriers. A 64-column tile in 8 x 4 tiles per thread
+(:func:`_p2_rows4_tall`: 12 shared loads per 128 FMAs instead of 16; still 256 threads, 126 registers, no spills,
+two blocks per SM) copies K half as often and does twice the work per thread between barriers. H200, one device
+call each (``figures/data/probes/h200_tune_r3_split_rows_1e301a6.json``, standard shape, decay): state kernel
+0.598 -> 0.560 ms (0.582 with 8 x 4 tiles of 32 columns; 0.637 with 64 columns in 4 x 4 tiles, 512 threads), r3's
+forward 1.535 -> 1.491 ms; r6's forward, whose state walk is this kernel, 1.325 -> 1.284 (state 0.560, out 0.674;
+``probes/h200_tune_r6_pipe_3aed3d0.json``); r4 at B1 T1048576 H2, where phase 1 is this kernel on 512 blocks,
+5.556 -> 5.052 ms (``probes/h200_r4_split_rows_1e301a6.json``). With few walkers the 64-column tile halves the
+blocks (B1 H2: 4): r3's own forward at B1 T1048576 H2 took 73.7 ms against 48.3
+(``figures/data/h200_long_decay_3aed3d0.json``, measured while 64 columns were the default everywhere), so
+:func:`split_tile` takes 64 columns in 8 x 4 tiles only where B H ceil(V / 64) >= :data:`SPLIT_WIDE_BLOCKS` (96:
+the standard shape's 128, r4's segments), else the 32 columns in 4 x 4 tiles measured before.
+
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta
 family (whose P1 ``W S`` feeds the state), the fused schedule runs. compute-sanitizer's memcheck, racecheck and
