@@ -343,9 +343,9 @@ def test_module_contract():
     labels = [label for label, _, _ in r3.compile_targets()]
     # per dtype and recurrence: intra with output (+ state only unless plain) and state x (4 with o, 2 without)
     # float32 with and without 128-bit input loads, float16 without; with 128-bit loads the split schedule's state
-    # and output kernels of plain and decay (the general state kernel storing S_c, the pipelined one, the output
-    # kernel in its two tilings, also writing lg, and the output kernel adding x: split_deferred); its gates kernel
-    # for float32 and float16 gates
+    # and output kernels of plain and decay (the general state kernel storing S_c; the pipelined one in its two
+    # tilings, with h0 and ht and writing lg; the output kernel, and the one adding x: split_deferred); its gates
+    # kernel for float32 and float16 gates
     assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 7 + 2
     assert r3.SCHEDULES == ("fused", "split") and r3.SCHEDULE == "split"  # the measured default (docstring)
 

@@ -339,8 +339,9 @@ for the gated delta rule's). About 800 instructions fewer a warp and chunk. H200
 Then the state kernel's tiling (d88055a, :func:`split_tile`). Every block of the state kernel copies all of K's rows
 of its chunk: with 32-column value tiles a head's K is copied four times, and a thread's 4 x 4 tile does 1,024
 multiply-adds a chunk for its copies, its S_c stores and two barriers. A 64-column tile in 8 x 4 tiles per thread
-(:func:`_p2_rows4_tall`: 12 shared loads per 128 FMAs instead of 16; still 256 threads, 126 registers, no spills,
-two blocks per SM) copies K half as often and does twice the work per thread between barriers. H200, one device
+(:func:`_p2_rows4_tall`: 12 shared loads per 128 FMAs instead of 16; still 256 threads and two blocks per SM; by
+``tools/sass.py``, sm_90: 126 registers and no spills for r4's variant writing lg, 128 and 40 spilled bytes with h0
+and ht) copies K half as often and does twice the work per thread between barriers. H200, one device
 call each (``figures/data/probes/h200_tune_r3_split_rows_1e301a6.json``, standard shape, decay): state kernel
 0.598 -> 0.560 ms (0.582 with 8 x 4 tiles of 32 columns; 0.637 with 64 columns in 4 x 4 tiles, 512 threads), r3's
 forward 1.535 -> 1.491 ms; r6's forward, whose state walk is this kernel, 1.325 -> 1.284 (state 0.560, out 0.674;
