@@ -99,7 +99,7 @@ py_log() {
 # the split schedules per kernel at the standard shape (decay, plain): r6's (3xTF32) and r3's (tools/tune_r3.py)
 R6_SPLIT=(tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra tensor_cores --schedule split
   --precision 3xtf32 --recurrences decay,plain)
-R3_SPLIT=(tools/tune_r3.py --rung shared --chunks 64 --bv 32 --schedule split --recurrences decay,plain)
+R3_SPLIT=(tools/tune_r3.py --rung shared --chunks 64 --bv 64 --schedule split --recurrences decay,plain)
 # the two long-context shapes of issue 4 beside fla's chunk kernels: long_bench WHICH(decay|gdn|both) RUNGS LOG
 long_bench() {
   local r=0

@@ -1599,7 +1599,7 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False, rows=4):
     sequence's tokens before chunk c, log of the decay that a start state has undergone when chunk c begins (a sum
     of the chunks' b_last, which every thread has a chunk ahead anyway; one thread writes it).
 
-    ``rows`` (:data:`SPLIT_ROWS`): a thread's tile of the state is ``rows`` x 4 (8 x 4: half the threads for a value
+    ``rows`` (:func:`split_tile`'s choice): a thread's tile of the state is ``rows`` x 4 (8 x 4: half the threads for a value
     tile, twice the multiply-adds per thread and per copy, and 12 shared loads per 128 FMAs instead of 16)."""
     BV4 = BV // 4
     TR = rows  # state rows per thread

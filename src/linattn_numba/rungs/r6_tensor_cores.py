@@ -121,6 +121,8 @@ r6 state, pipelined output             0.674        0.678        1.394       1.2
 r3 state, pipelined output (default)   0.599        0.676        1.322       1.203
 =====================================  ===========  ===========  ==========  ==========
 
+Since d88055a that state walk runs in 8 x 4 tiles of 64 value columns where there are many walkers (``r3.split_tile``):
+decay 1.284 ms (state 0.560, out 0.674; ``probes/h200_tune_r6_pipe_3aed3d0.json``, not yet benched beside fla).
 The bench beside fla (``figures/data/h200_r6_pipe_45bc923.json``): plain 1.208 / decay 1.330 ms against r3's
 1.424 / 1.536 and fla ``chunk_simple_gla``'s 0.813 / 0.873 (TF32, relative error 1.5e-3 / 1.8e-3 where this rung
 has 3.3e-6 / 1.4e-6). The output kernel moves ~1.6 GB (q, k, v, the states hs, o) in 0.676 ms: 2.4 TB/s, 0.56 of
