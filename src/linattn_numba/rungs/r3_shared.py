@@ -1599,12 +1599,12 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False, rows=4):
     sequence's tokens before chunk c, log of the decay that a start state has undergone when chunk c begins (a sum
     of the chunks' b_last, which every thread has a chunk ahead anyway; one thread writes it).
 
-    ``rows`` (:func:`split_tile`'s choice): a thread's tile of the state is ``rows`` x 4 (8 x 4: half the threads for a value
-    tile, twice the multiply-adds per thread and per copy, and 12 shared loads per 128 FMAs instead of 16)."""
+    ``rows`` (:func:`split_tile`'s choice): a thread's tile of the state is ``rows`` x 4 (8 x 4: half the threads
+    for a value tile, twice the multiply-adds per thread and per copy, 12 shared loads per 128 FMAs instead of 16)."""
     BV4 = BV // 4
     TR = rows  # state rows per thread
     TS = 4 * TR  # the thread's state elements (a local array's size must be a constant)
-    NTH = (KP // TR) * BV4
+    NTH = split_state_threads(KP, BV, TR)
     WIDE = BV4 % 8 == 0
     KS, VS = KP + 4, BV + 4
     O_K, O_V, _ = _split_state_layout(C, KP, BV)
@@ -2202,8 +2202,8 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
 
 def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None, tag="", out_kernel=None):
     """The split schedule's launches (``launches`` checked that it fits): gates (with g), the state kernel in
-    state-only mode storing S_c to ``hs`` (value tile ``bv`` or :data:`SPLIT_BV`), the output kernel. With ``x``
-    (:func:`split_deferred`: ``h0`` is None) the state kernel also stores the log decays ``lg`` and the output
+    state-only mode storing S_c to ``hs`` (value tile and tiling by :func:`split_tile`), the output kernel. With
+    ``x`` (:func:`split_deferred`: ``h0`` is None) the state kernel also stores the log decays ``lg`` and the output
     kernel adds exp(lg_c) x to every S_c. ``tag`` names the scratch buffers (r4 keeps several sets alive).
     ``out_kernel``: another output kernel with this one's arguments, ``out_kernel(C, KP, has_g, has_x) -> (kernel,
     shared bytes, threads)`` (r6's on the tensor cores: ``r6_tensor_cores.out_pipe_factory``); None:
