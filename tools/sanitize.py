@@ -11,6 +11,10 @@ sanitizer (100x slower or worse) finishes in a minute. Exit status 1 when a resu
 To read a racecheck report on r5: ``--handoffs pair`` runs one hand-off, and ``--cubins DIR`` writes the cubin of
 each r5 state kernel it launches, whose ``nvdisasm -c`` listing has the report's ``+0x...`` offsets (r5's docstring,
 "Rechecked at").
+
+``--vary MODULE.NAME=a,b`` (as in ``tools/tune_r3.py``) runs every rung once per value of a module constant, e.g.
+``--vary r3_shared.SPLIT_ROWS=4,8 --vary r3_shared.SPLIT_BV=32,64``: r3's split state kernel in both of its tilings
+at this shape, where ``split_tile``'s rule alone would pick one (4 x 4: too few blocks here for 8 x 4).
 """
 
 from __future__ import annotations
@@ -57,6 +61,9 @@ def main(argv=None) -> int:
     p.add_argument("--scan", default="tree", choices=("tree", "chain"), help="r4 scan's phase 2")
     p.add_argument("--engine", default=None, help="r4 scan's engine rung (default: its DEFAULT_ENGINES choice)")
     p.add_argument("--handoffs", default=None, help="r5 warp_roles: the hand-offs to run (default: all, HANDOFFS)")
+    p.add_argument("--vary", action="append", default=None,
+                   help="MODULE.NAME=a,b: run once per value of a constant of linattn_numba.rungs.MODULE (repeat: "
+                        "every combination)")
     p.add_argument("--cubins", default=None,
                    help="a folder (GPU only): write the cubin of every r5 state kernel launched there (the code the tools "
                         "instrument; a sanitizer's '+0x...' offsets are offsets into its SASS: nvdisasm -c)")
@@ -73,6 +80,22 @@ def main(argv=None) -> int:
 
 
 def _run(a) -> int:
+    from linattn_numba import bench
+
+    varied, combos = bench.varied_constants(a.vary)
+    bad = 0
+    for combo in combos:
+        for (mod, name, _), x in zip(varied, combo):
+            setattr(mod, name, x)
+        if varied:
+            print("with " + ", ".join(f"{m.__name__.rsplit('.', 1)[1]}.{n}={x}" for (m, n, _), x in zip(varied, combo)),
+                  flush=True)
+        bad += _run_once(a)
+    return 1 if bad else 0
+
+
+def _run_once(a) -> int:
+    """Every rung and recurrence of ``a`` once, with the module constants as they are now: how many were off."""
     B, T, H, K, V = (int(x) for x in a.shape.split(","))
     bad = 0
     for r in a.rungs.split(","):
@@ -112,7 +135,7 @@ def _run(a) -> int:
                 bad += not ok
                 print(f"{r:12s} {tag:24s} {rec:12s} output rel err {eo:.1e}  state rel err {eh:.1e}  "
                       f"{'ok' if ok else 'WRONG'}", flush=True)
-    return 1 if bad else 0
+    return bad
 
 
 if __name__ == "__main__":
