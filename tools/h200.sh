@@ -20,6 +20,9 @@
 #     pipe_bench  r6's split schedule with each output kernel (pipelined, staged), per kernel (plain, decay); then the
 #               bench of r3, r4 and r6 beside fla's chunk kernel (plain, decay; the standard shape)
 #     std_additive  pipe_bench's bench alone
+#     split_rule  r3's forward (decay) at B1 and B2 x T32768 H16 with its split state kernel in each tiling (4 x 4
+#               tiles of 32 columns, 8 x 4 of 64) and the two others, per kernel: where r3.split_tile's
+#               SPLIT_WIDE_BLOCKS (B H ceil(V / 64) >= 96 takes 8 x 4) should sit (h200_tune_r3_split_rule_<sha>.json)
 #     long_decay_ab  r6's split schedule (pipelined output kernel) and r3's, per kernel (plain, decay; the standard
 #               shape), then r4 at the long decay shape with r3.SPLIT_BV 32 / 64 x the model's segment count times
 #               1, 0.5, 2 x precision 3xtf32 / tf32 (h200_r4_long_decay_ab_<sha>.json; at 944bc1d, as x_prefetch,
@@ -142,7 +145,7 @@ for m in ${modes//,/ }; do
   echo "=== $m ($(date +%T))"
   case "$m" in
     tests)
-      timeout 330 python3 -m pytest -m gpu tests/test_gpu.py tests/test_r4_scan.py -q -x -n 8 -p no:cacheprovider 2>&1 | tail -25 | tee "$out/gpu_tests.log"
+      timeout 420 python3 -m pytest -m gpu tests/test_gpu.py tests/test_r4_scan.py -q -x -n 8 -p no:cacheprovider 2>&1 | tail -25 | tee "$out/gpu_tests.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     r1)
       timeout 200 python3 -m pytest -m gpu tests/test_gpu.py -q -x -p no:cacheprovider -k "r1 or step" \
@@ -223,6 +226,14 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
     std_additive)
       bench --rungs shared,scan,tensor_cores --recurrences plain,decay --fla chunk --out "$out/h200_r6_pipe_$sha.json" \
         | tee -a "$out/std_additive.log" || rc=1;;
+    split_rule)
+      for shape in 1,32768,16,128,128 2,32768,16,128,128; do
+        py_log split_rule.log 150 tools/tune_r3.py --shape "$shape" --chunks 64 --bv 32,64 --schedule split \
+          --recurrences decay --vary r3_shared.SPLIT_ROWS=4,8 --out "$out/split_rule_${shape%%,*}.json" || rc=1
+      done
+      python3 -c "import json, sys; json.dump([json.load(open(f)) for f in sys.argv[1:]],
+        open('$out/h200_tune_r3_split_rule_$sha.json', 'w'), indent=1)" "$out"/split_rule_*.json \
+        && rm "$out"/split_rule_*.json;;
     r6_delta)
       timeout 200 python3 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra r3,tensor_cores \
         --schedule fused --recurrences delta,gated_delta --out "$out/h200_tune_r6_delta_$sha.json" 2>&1 \
