@@ -348,9 +348,24 @@ forward 1.535 -> 1.491 ms; r6's forward, whose state walk is this kernel, 1.325 
 ``probes/h200_tune_r6_pipe_3aed3d0.json``); r4 at B1 T1048576 H2, where phase 1 is this kernel on 512 blocks,
 5.556 -> 5.052 ms (``probes/h200_r4_split_rows_1e301a6.json``). With few walkers the 64-column tile halves the
 blocks (B1 H2: 4): r3's own forward at B1 T1048576 H2 took 73.7 ms against 48.3
-(``figures/data/h200_long_decay_3aed3d0.json``, measured while 64 columns were the default everywhere), so
+(``figures/data/probes/h200_long_decay_3aed3d0.json``, measured while 64 columns were the default everywhere), so
 :func:`split_tile` takes 64 columns in 8 x 4 tiles only where B H ceil(V / 64) >= :data:`SPLIT_WIDE_BLOCKS` (96:
-the standard shape's 128, r4's segments), else the 32 columns in 4 x 4 tiles measured before.
+the standard shape's 128, r4's segments), else the 32 columns in 4 x 4 tiles measured before. Where between 4 and
+128 walkers-times-tiles the threshold belongs, the H200 at T = 32768, H16, decay, state kernel per tiling
+(``figures/data/probes/h200_tune_r3_split_rule_5d63b60.json``):
+
+=========  ============  ============  ============  ============
+B          4x4 / 32      8x4 / 32      4x4 / 64      8x4 / 64
+=========  ============  ============  ============  ============
+1 (32)     **1.404**     1.651         2.507         2.200
+2 (64)     **1.410**     1.789         2.514         2.205
+=========  ============  ============  ============  ============
+
+(B H ceil(V / 64) in brackets; ms.) At 64 the 4 x 4 kernel with twice the blocks is still 1.56x faster, at 128
+(the standard shape) 8 x 4 wins (0.560 against 0.598), so 96 sits between the two measured points. With the rule,
+at 5d63b60 (``figures/data/h200_r6_pipe_5d63b60.json``, one process beside fla): r3 decay 1.490 ms, plain 1.385,
+against fla ``chunk_simple_gla`` 0.878 / 0.814 (1.70x / 1.70x); at B1 T1048576 H2 r3 takes 48.29 ms
+(``figures/data/h200_long_decay_5d63b60.json``).
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta
@@ -1569,8 +1584,9 @@ def split_tile(C, KP, BH, V, bv=None):
     64)), else 32 columns in 4 x 4 tiles. On the H200 (``figures/data/probes/h200_r4_split_rows_1e301a6.json``,
     ``h200_tune_r3_split_rows_1e301a6.json``) 64 / 8 x 4 took the state kernel from 0.598 to 0.560 ms at B4 T8192
     H16 (128 blocks) and r4 at B1 T1048576 H2 (512 blocks in phase 1) from 5.556 to 5.052 ms; with few walkers
-    (B1 H2: 4 blocks instead of 8) it made r3's forward 73.7 ms against 48.3 (``h200_long_decay_3aed3d0.json``),
-    where each walker's speed is what counts. 8 x 4 needs the value tile a multiple of 8 (K's copy map: an even
+    (B1 H2: 4 blocks instead of 8) it made r3's forward 73.7 ms against 48.3 (``probes/h200_long_decay_3aed3d0.json``),
+    where each walker's speed is what counts, and at 64 blocks (B2 T32768 H16) the state kernel 2.205 ms against 1.410
+    (``probes/h200_tune_r3_split_rule_5d63b60.json``). 8 x 4 needs the value tile a multiple of 8 (K's copy map: an even
     number of column quads), else 4 x 4 runs."""
     wide = BH * cdiv(max(V, 1), 64) >= SPLIT_WIDE_BLOCKS
     bv = SPLIT_BV if bv is None else bv

@@ -304,11 +304,12 @@ X's traffic was about the whole of what kept r4 from 2x at float32 accuracy -- u
 a head's K copied half as often, twice the work per thread between barriers; r3's docstring). Phase 1 at 1M tokens
 runs 512 such blocks. One device call (``figures/data/probes/h200_r4_split_rows_1e301a6.json``): 5.556 ms with 4 x 4
 tiles of 32 columns, 5.339 with 8 x 4 of 32, 5.628 with 4 x 4 of 64 (512 threads), 5.052 with 8 x 4 of 64, fla
-``chunk_simple_gla`` 10.546. The bench (``figures/data/h200_long_decay_3aed3d0.json``, the README's row): **5.059
-ms against fla's 10.450 (2.07x)**, 415 M token-heads/s, 34.0 TFLOP/s counted (0.51 of the ~67 TFLOP/s FMA rate),
-relative error 1.5e-6 (fla's 1.8e-3). r3 beside it took 73.66 ms (14.6x) with the 64-column tile that 3aed3d0 used
-for every shape; at this shape ``split_tile`` now gives r3 its 32-column 4 x 4 kernel again (48.32 ms at 1753dfc,
-``probes/h200_long_decay_1753dfc.json``: 9.55x).
+``chunk_simple_gla`` 10.546. The bench (``figures/data/probes/h200_long_decay_3aed3d0.json``): 5.059 ms against
+fla's 10.450 (2.07x); r3 beside it took 73.66 ms with the 64-column tile that 3aed3d0 used for every shape. With
+``split_tile``'s rule (r3 keeps its 32-column 4 x 4 kernel at this shape), the bench at 5d63b60
+(``figures/data/h200_long_decay_5d63b60.json``, the README's row): **r4 5.050 ms against fla's 10.515 (2.08x)**,
+415 M token-heads/s, 34.0 TFLOP/s counted (0.51 of the ~67 TFLOP/s FMA rate), relative error 1.5e-6 (fla's
+1.8e-3); r3 48.29 ms (r4 9.56x faster).
 """
 
 from __future__ import annotations
