@@ -370,7 +370,10 @@ against fla ``chunk_simple_gla`` 0.878 / 0.814 (1.70x / 1.70x); at B1 T1048576 H
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta
 family (whose P1 ``W S`` feeds the state), the fused schedule runs. compute-sanitizer's memcheck, racecheck and
-synccheck: ``figures/data/h200_sanitize_par_*.txt`` (the README's list).
+synccheck: ``figures/data/h200_sanitize_par_*.txt`` (the README's list); the 8 x 4 tiling, forced at the sanitizer's
+shape (B2 T300 H2 K64 V80, where the rule picks 4 x 4) by ``tools/sanitize.py --vary r3_shared.SPLIT_ROWS=8 --vary
+r3_shared.SPLIT_BV=64``, under r3, r6 and r4 (plain, decay): nothing reported
+(``figures/data/h200_sanitize_par_5661884.txt``).
 
 The start state deferred (:func:`split_deferred`, for r4 ``scan``): the state kernel can walk from zero while the
 true start state X is not yet known, writing besides every chunk's state H_c the log decay lg_c before the chunk

@@ -267,7 +267,9 @@ times the standard shape's token-heads, where the output kernel alone takes 0.67
 the 60 spilled bytes of that variant are the candidates, not yet measured apart. With one segment (the standard
 shape) r4 is r6's forward for the additive family where r6's kernel runs (C >= 32), r3's at C = 16.
 compute-sanitizer on r4 plain and decay with this phase 3 (B2 T300 H2 K64 V80, 3 segments): memcheck, racecheck,
-synccheck report nothing (``figures/data/h200_sanitize_par_45bc923.txt``).
+synccheck report nothing (``figures/data/h200_sanitize_par_45bc923.txt``; again at 5661884 with phase 1 on r3's
+state kernel in 8 x 4 tiles of 64 columns, forced at that shape by ``--vary r3_shared.SPLIT_ROWS=8 --vary
+r3_shared.SPLIT_BV=64``: ``figures/data/h200_sanitize_par_5661884.txt``).
 
 A correction and what was tried next (944bc1d, 8ffbe4a). The "state only" record of ``tools/r4_engine_probe.py``
 (``o=None``) does not time this path's phases 1 and 2: without an output the split does not run, and phase 1 is
