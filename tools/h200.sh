@@ -19,6 +19,8 @@
 #               at the long decay shape with each split output kernel (r4.SPLIT_OUT)
 #     pipe_bench  r6's split schedule with each output kernel (pipelined, staged), per kernel (plain, decay); then the
 #               bench of r3, r4 and r6 beside fla's chunk kernel (plain, decay; the standard shape)
+#     overlap   r3's and r6's split schedules (plain, decay; the standard shape) with the state walk and the output
+#               as two launches and as one (r3_shared.OVERLAP 0 / 1), per kernel: h200_tune_r{3,6}_overlap_<sha>.json
 #     std_additive  pipe_bench's bench alone
 #     split_rule  r3's forward (decay) at B1 and B2 x T32768 H16 with its split state kernel in each tiling (4 x 4
 #               tiles of 32 columns, 8 x 4 of 64) and the two others, per kernel: where r3.split_tile's
@@ -223,6 +225,11 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
       py_log long_decay_ab.log 300 tools/r4_engine_probe.py --shape 1,1048576,2,128,128:decay --engines tensor_cores \
         --ns-factors 1,0.5,2 --vary r3_shared.SPLIT_BV=32,64 --precisions 3xtf32,tf32 --tol 5e-3 --no-peers \
         --out "$out/h200_r4_long_decay_ab_$sha.json" || rc=1;;
+    overlap)
+      py_log overlap.log 150 "${R3_SPLIT[@]}" --vary r3_shared.OVERLAP=0,1 --out "$out/h200_tune_r3_overlap_$sha.json" \
+        || rc=1
+      py_log overlap.log 150 "${R6_SPLIT[@]}" --vary r3_shared.OVERLAP=0,1 --out "$out/h200_tune_r6_overlap_$sha.json" \
+        || rc=1;;
     std_additive)
       bench --rungs shared,scan,tensor_cores --recurrences plain,decay --fla chunk --out "$out/h200_r6_pipe_$sha.json" \
         | tee -a "$out/std_additive.log" || rc=1;;

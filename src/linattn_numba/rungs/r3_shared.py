@@ -1602,8 +1602,26 @@ def split_tile(C, KP, BH, V, bv=None):
 
 @functools.lru_cache(maxsize=None)
 def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False, rows=4):
-    """The split schedule's state kernel: :func:`_state_kernel` in state-only mode with ``store`` (the additive
-    family), its staging overlapped with its products. Chunk c + 1's rows of K and value tile are copied by
+    """The split schedule's state kernel: :func:`_split_state_body` on block (x, y) = (value tile, b H + h)."""
+    body = _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, False)
+
+    def split_state(k, v, bcum, h0, ht, hs, lg):
+        """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk."""
+        none = cuda.local.array(1, types.int32)  # no flags: the walk signals nobody (never touched)
+        body(cuda.shared.array(0, float32), k, v, bcum, h0, ht, hs, lg, cuda.blockIdx.x, cuda.blockIdx.y, none)
+
+    if config.ENABLE_CUDASIM:
+        return cuda.jit(split_state)
+    NTH = split_state_threads(KP, BV, rows)
+    return cuda.jit(split_state, launch_bounds=(NTH, max(1, STATE_REGS_BLOCKS // NTH)))
+
+
+@functools.lru_cache(maxsize=None)
+def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
+    """The split schedule's state walk (a device function, ``body(sm, k, v, bcum, h0, ht, hs, lg, x, bh, flags)``
+    for value tile x of head bh; :func:`_split_state_kernel` and :func:`_overlap_kernel` run it):
+    :func:`_state_kernel` in state-only mode with ``store`` (the additive family), its staging overlapped with its
+    products. Chunk c + 1's rows of K and value tile are copied by
     ``cp.async`` (:func:`_rows_copier`) into the second of two buffers while chunk c's ``S <- gamma_C S + K^T
     diag(gamma_C / gamma) V`` runs on the first; each thread scales the value rows it copied by gamma_C / gamma_t
     once they have landed. Two barriers per chunk (staged; read), no L2 prefetch (the copies are a chunk ahead).
@@ -1619,7 +1637,12 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False, rows=4):
     of the chunks' b_last, which every thread has a chunk ahead anyway; one thread writes it).
 
     ``rows`` (:func:`split_tile`'s choice): a thread's tile of the state is ``rows`` x 4 (8 x 4: half the threads
-    for a value tile, twice the multiply-adds per thread and per copy, 12 shared loads per 128 FMAs instead of 16)."""
+    for a value tile, twice the multiply-adds per thread and per copy, 12 shared loads per 128 FMAs instead of 16).
+
+    ``signal`` (:func:`_overlap_kernel`): once S_c is stored and fenced, one thread adds 1 to ``flags[1 + bh NC +
+    c]`` (int32), so the output blocks of chunk c, running beside the walk, know when all value tiles of S_c are
+    there. It is done one chunk late, after the next chunk's first barrier: by then the stores have long landed and
+    each thread's ``threadfence`` waits on little."""
     BV4 = BV // 4
     TR = rows  # state rows per thread
     TS = 4 * TR  # the thread's state elements (a local array's size must be a constant)
@@ -1632,16 +1655,14 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False, rows=4):
     JV, gates_v, factors_v, scale_v = _rows_scaler(C, BV, NTH)
     JV1 = JV + 1
 
-    def split_state(k, v, bcum, h0, ht, hs, lg):
-        """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk."""
+    def split_state(sm, k, v, bcum, h0, ht, hs, lg, x, bh, flags):
+        """Value columns x * BV .. x * BV + BV - 1 of head bh, carried through every chunk."""
         T, H, K = k.shape[1], k.shape[2], k.shape[3]
         V = v.shape[3]
         NC = (T + C - 1) // C
-        sm = cuda.shared.array(0, float32)
-        bh = cuda.blockIdx.y
         b = bh // H
         h = bh % H
-        v0 = cuda.blockIdx.x * BV
+        v0 = x * BV
         tid = cuda.threadIdx.x
         rg, cg = _quad_map(tid, BV4, WIDE)  # the thread's rows TR rg .. TR rg + TR - 1, columns 4 cg .. 4 cg + 3
         S = cuda.local.array(TS, float32)
@@ -1665,6 +1686,10 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False, rows=4):
             t0 = c * C
             n = min(C, T - t0)
             p = c % 2
+            if signal and c > 0:
+                # S_{c-1}'s stores (a chunk ago: done by now, so this waits on little) visible to the whole GPU
+                # before the count below tells the output blocks of chunk c - 1 that they may read it
+                cuda.threadfence()
             if c + 1 < NC:  # chunk c + 1 into the other buffer: last read by chunk c - 1, before its last barrier
                 n1 = min(C, T - t0 - C)
                 cp_k(sm, O_K + (1 - p) * C * KS, KS, k, b, h, t0 + C, n1, K, 0, tid)
@@ -1688,6 +1713,8 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False, rows=4):
             if has_g:
                 scale_v(sm, O_V + p * C * VS, VS, tid, fj)
             cuda.syncthreads()  # chunk c's K rows and (scaled) values in place for all
+            if signal and c > 0 and tid == 0:  # every thread's fence above is behind this barrier
+                cuda.atomic.add(flags, 1 + bh * NC + c - 1, 1)  # one more value tile of S_{c-1} stored
             if has_g:
                 for e in range(TS):
                     S[e] *= gc
@@ -1707,15 +1734,18 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False, rows=4):
                     _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 12) * KS, KS, pv + (t16 + 12) * VS, VS)
             cuda.syncthreads()  # chunk c's buffers are read: chunk c + 2 goes there
         cp_async_wait_all()
+        if signal and NC > 0:  # the last chunk's S_c, as above
+            cuda.threadfence()
+            cuda.syncthreads()  # every thread's fence before the count
+            if tid == 0:
+                cuda.atomic.add(flags, 1 + bh * NC + NC - 1, 1)
         if has_ht:
             for i in range(TR):
                 for j in range(4):
                     if rg * TR + i < K and v0 + cg * 4 + j < V:
                         ht[b, h, rg * TR + i, v0 + cg * 4 + j] = S[4 * i + j]
 
-    if config.ENABLE_CUDASIM:
-        return cuda.jit(split_state)
-    return cuda.jit(split_state, launch_bounds=(NTH, max(1, STATE_REGS_BLOCKS // NTH)))
+    return cuda.jit(device=True, inline="always")(split_state)
 
 
 def _out_shape(C, KP):
@@ -1922,7 +1952,25 @@ OUT_CTX = 10  # integers of a thread's map in _out_pipeline (the products' setup
 
 
 def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
-    """The split schedule's output kernel, one chunk of one head per block (fla's ``chunk_fwd_o``), its copies
+    """The split schedule's output kernel: :func:`_out_body` on block (x, y) = (chunk, b H + h)."""
+    body = _out_body(C, KP, has_g, has_x, products, pad, False)
+
+    def out(q, k, v, bcum, hs, o, scale, x, lg):
+        """Chunk x of head y: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
+        none = cuda.local.array(1, types.int32)  # no flags: S_c is there (never touched)
+        body(cuda.shared.array(0, float32), q, k, v, bcum, hs, o, scale, x, lg, cuda.blockIdx.x, cuda.blockIdx.y,
+             none, 0)
+
+    if config.ENABLE_CUDASIM:
+        return cuda.jit(out)
+    return cuda.jit(out, launch_bounds=((C // 4) ** 2, INTRA_MIN_BLOCKS))
+
+
+@functools.lru_cache(maxsize=None)
+def _out_body(C, KP, has_g, has_x, products, pad, wait):
+    """The split schedule's output (a device function, ``body(sm, q, k, v, bcum, hs, o, scale, x, lg, c, bh, flags,
+    ntiles)`` for chunk c of head bh; :func:`_out_pipeline` and :func:`_overlap_kernel` run it), one chunk of one
+    head per block (fla's ``chunk_fwd_o``), its copies
     overlapped with its products: ``O = scale (diag(gamma) Q S_c + Aqk V)`` with S_c the chunk's starting state,
     written by the state kernel (``store``) to ``hs``. The copies, slabs, buffers and barriers are here; the
     products are ``products`` = (setup, state, gate, value, store), inline device functions on a thread's 32
@@ -1954,7 +2002,11 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
     kernel) or between those products and the wait (5.56; ``probes/h200_r4_x_ahead_e328b8e.json``). What X costs is
     its bytes, not its latency: at 1M tokens the kernel moves 2.1 GB more through L2 and runs 0.29 ms longer than
     four standard shapes (``probes/h200_ncu_r4_decay_1M_a9af1e5.csv``). Sizes as :func:`split_fits` asks (every
-    size a constant)."""
+    size a constant).
+
+    ``wait`` (:func:`_overlap_kernel`, where the state walk runs beside this block): once K's and Q's copies are
+    issued, one thread waits until ``flags[1 + bh NC + c]`` counts ``ntiles`` (every value tile of S_c stored by
+    the walk), then a barrier; only then is S_c's first slab copied."""
     C4 = C // 4
     NTH = C4 * C4
     KS, CS = KP + 4, C + 4
@@ -1989,13 +2041,10 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
             sv = (s - NSS) * SR
             cp_val(sm, off, SW, v, b, h, t0 + sv, n - sv, V, col, tid)
 
-    def out(q, k, v, bcum, hs, o, scale, x, lg):
-        """Chunk x of head y: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
+    def out(sm, q, k, v, bcum, hs, o, scale, x, lg, c, bh, flags, ntiles):
+        """Chunk c of head bh: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
         T, H, K = q.shape[1], q.shape[2], q.shape[3]
         V = v.shape[3]
-        sm = cuda.shared.array(0, float32)
-        c = cuda.blockIdx.x
-        bh = cuda.blockIdx.y
         b = bh // H
         h = bh % H
         tid = cuda.threadIdx.x
@@ -2007,6 +2056,13 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
         cp_rows(sm, O_R, KS, k, b, h, t0, n, K, 0, tid)
         cp_rows(sm, O_Q, KS, q, b, h, t0, n, K, 0, tid)
         cp_async_commit()
+        if wait:
+            if tid == 0:
+                fi = 1 + bh * ((T + C - 1) // C) + c
+                while cuda.atomic.add(flags, fi, 0) < ntiles:  # an atomic read: from L2, never a stale copy
+                    _backoff()
+                cuda.threadfence()  # what the walk stored before its count, before anything this block reads
+            cuda.syncthreads()  # S_c is there for every thread of the block
         issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[0], COL0[0], buf(0), tid)  # slab 0 into X0: lands during the scores
         cp_async_commit()
         cp_async_wait_one()
@@ -2064,9 +2120,7 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
             col3 = col3 if s3 < NSP - 1 else col3 + CBW
             s3 = s3 + 1 if s3 < NSP - 1 else 0
 
-    if config.ENABLE_CUDASIM:
-        return cuda.jit(out)
-    return cuda.jit(out, launch_bounds=(NTH, INTRA_MIN_BLOCKS))
+    return cuda.jit(device=True, inline="always")(out)
 
 
 @functools.lru_cache(maxsize=None)
@@ -2074,6 +2128,100 @@ def _out_kernel(C, KP, has_g, has_x=False):
     """r3's output kernel: :func:`_out_pipeline` with the products on the FMA units (:func:`_out_fma_products`).
     256 threads at C = 64 (one 4 x 8 tile each), 64 at C = 32, 16 at C = 16."""
     return _out_pipeline(C, KP, has_g, has_x, _out_fma_products(C, KP), 0)
+
+
+# The state walk and the output kernel at once (OVERLAP): one launch, two roles
+OVERLAP = True  # the split schedule's default: _overlap_kernel where it runs (read at launch; tune_r3.py --vary)
+OVERLAP_SLEEP_NS = 200  # a waiting output block's thread 0 sleeps this long between two looks at its count
+
+if config.ENABLE_CUDASIM:
+    @cuda.jit(device=True)
+    def _backoff():
+        """Nothing: the simulator runs blocks one after another, so a count is complete before anyone waits."""
+        pass
+else:
+    @cuda.jit(device=True, inline="always")
+    def _backoff():
+        """``nanosleep``: a waiting warp leaves the issue slots to the walkers on its SM."""
+        cuda.nanosleep(OVERLAP_SLEEP_NS)
+
+
+@cuda.jit
+def _zero_flags(flags):
+    """flags[:] = 0 (the ticket counter and every chunk's count, before each overlapped launch)."""
+    i = cuda.grid(1)
+    if i < flags.shape[0]:
+        flags[i] = 0
+
+
+_flags_cache = {}
+
+
+def _flags(n, stream):
+    """An int32 device array of n elements, kept between calls (per stream, grown when a call needs more)."""
+    key = scratch_key("overlap_flags", stream)
+    buf = _flags_cache.get(key)
+    if buf is None or buf.size < n:
+        _flags_cache.pop(key, None)
+        buf = cuda.device_array(n, np.int32, stream=stream)
+        _flags_cache[key] = buf
+    return buf[:n]
+
+
+@functools.lru_cache(maxsize=None)
+def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_floats):
+    """The split schedule's state walk and its output in one launch (:data:`OVERLAP`), so that the output of the
+    chunks already walked is computed while the walk goes on.
+
+    Why: at the standard shape the walk is B H V / BV = 128 blocks of 256 threads (:func:`split_tile`): one per SM,
+    two thirds of 227 KB of shared memory and of the SM's registers idle for the 0.56 ms of the walk, then the
+    output kernel's 8,192 independent blocks (0.89 ms) fill every SM. Here both roles are blocks of one grid of
+    ``nwalk + NC B H`` blocks of 256 threads (launch bounds (256, 2): two per SM, whatever their roles), and an
+    output block of chunk c waits only for S_c, not for the whole walk.
+
+    Roles by ticket, not by block index: thread 0 of each block takes the next number from ``flags[0]`` (an atomic
+    add) when the block starts. Tickets below ``nwalk`` walk (value tile t mod ntiles of head t // ntiles,
+    :func:`_split_state_body` with ``signal``), the rest compute chunk u // (B H) of head u mod (B H) (u = t -
+    nwalk; chunk-major, the order the walk makes them ready; :func:`_out_body` with ``wait``). A block holds a
+    ticket only once it runs, so every walker is resident before any output block can wait on it, whatever order
+    the hardware starts blocks in: no deadlock (by block index, output blocks started first could fill the GPU and
+    wait forever for walkers that cannot start). The walkers never wait on output blocks.
+
+    Shared memory: the larger of the two layouts, and one int past it for the ticket (``out_floats``: the output
+    layout's floats; r6's pads its slabs). The same results as the two kernels, bit for bit: the same products in
+    the same order."""
+    NTH = split_state_threads(KP, BV, rows)
+    if NTH != (C // 4) ** 2:
+        raise ValueError(f"rung {NAME!r}: the overlapped kernel needs the walk's {NTH} threads per block to be the "
+                         f"output's {(C // 4) ** 2}")
+    walk = _split_state_body(C, KP, BV, has_g, has_h0, has_ht, False, rows, True)
+    out = _out_body(C, KP, has_g, False, products, pad, True)
+    SLOT = max(_split_state_layout(C, KP, BV)[-1], out_floats)  # the ticket, past both roles' arrays
+
+    def overlap(q, k, v, bcum, h0, ht, hs, o, scale, flags, nwalk, ntiles):
+        """Block with ticket t: value tile t mod ntiles of head t // ntiles walks (t < nwalk), else the output of
+        chunk u // (B H) of head u mod (B H), u = t - nwalk."""
+        sm = cuda.shared.array(0, float32)
+        smi = cuda.shared.array(0, types.int32)  # the same bytes (dynamic shared arrays all start at one address)
+        if cuda.threadIdx.x == 0:
+            smi[SLOT] = cuda.atomic.add(flags, 0, 1)
+        cuda.syncthreads()  # the ticket, for every thread
+        t = smi[SLOT]
+        if t < nwalk:
+            walk(sm, k, v, bcum, h0, ht, hs, bcum, t % ntiles, t // ntiles, flags)
+        else:
+            u = t - nwalk
+            BH = q.shape[0] * q.shape[2]
+            out(sm, q, k, v, bcum, hs, o, scale, h0, bcum, u // BH, u % BH, flags, ntiles)
+
+    if config.ENABLE_CUDASIM:
+        return cuda.jit(overlap)
+    return cuda.jit(overlap, launch_bounds=(NTH, INTRA_MIN_BLOCKS))
+
+
+def overlap_bytes(C, KP, BV, out_floats):
+    """Dynamic shared memory of :func:`_overlap_kernel`: the larger layout and the ticket."""
+    return (max(_split_state_layout(C, KP, BV)[-1], out_floats) + 1) * np.dtype(np.float32).itemsize
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -2226,7 +2374,10 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     kernel adds exp(lg_c) x to every S_c. ``tag`` names the scratch buffers (r4 keeps several sets alive).
     ``out_kernel``: another output kernel with this one's arguments, ``out_kernel(C, KP, has_g, has_x) -> (kernel,
     shared bytes, threads)`` (r6's on the tensor cores: ``r6_tensor_cores.out_pipe_factory``); None:
-    :func:`_out_kernel`."""
+    :func:`_out_kernel`. Where :data:`OVERLAP` and the two kernels' blocks are the same size (256 threads at C = 64,
+    K' = 128 in either tiling), and without ``x``, the walk and the output run as one launch instead
+    (:func:`_overlap_kernel`; "overlap"), which needs the output kernel's pieces: ``out_kernel.parts(C, KP) ->
+    (products, pad, layout floats)`` (without it, two launches)."""
     B, T, H, K = q.shape
     V = v.shape[3]
     BH = B * H
@@ -2255,6 +2406,27 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         nth_s = (KP // 4) * (BV // 4)
         args_s = (q, k, v, bcum, d3, d3, d3, d3, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(None, 4),
                   np.float32(scale), hs)
+    if out_kernel is None:
+        parts = (_out_fma_products(C, KP), 0, _out_layout(C, KP)[-1])
+    else:
+        parts = getattr(out_kernel, "parts", lambda C_, KP_: None)(C, KP)
+    if (OVERLAP and STATE_KERNEL == "pipelined" and not has_x and parts is not None
+            and nth_s == (C // 4) ** 2):  # both roles in one launch (_overlap_kernel)
+        products, pad, out_floats = parts
+        kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats)
+        flags = _flags(1 + BH * NC, stream)
+        nwalk = cdiv(V, BV) * BH
+        args_v = (q, k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags, np.int32(nwalk),
+                  np.int32(cdiv(V, BV)))
+        smem_v = overlap_bytes(C, KP, BV, out_floats)
+
+        def overlapped():
+            # the counts start from zero at every launch: one launch, so that the kernel timed alone is whole
+            _launch(_zero_flags, cdiv(1 + BH * NC, 256), 256, 0, stream, (flags,))
+            _launch(kern_v, nwalk + NC * BH, nth_s, smem_v, stream, args_v)
+
+        todo.append(("overlap", overlapped))
+        return todo
     todo.append(("state", lambda: _launch(kern_s, (cdiv(V, BV), BH), nth_s, smem_s, stream, args_s)))
     if out_kernel is None:
         kern_o, smem_o, nth_o = _out_kernel(C, KP, has_g, has_x), _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
@@ -2361,8 +2533,18 @@ def compile_targets():
                         yield (f"split_state[{rec},lg{lab}]", _split_state_kernel(C, KP, bv_, has_g, False, True,
                                                                                    has_g, rows_).py_func,
                                (x4, x4, s2, s4, a4, s3, s2))
+                    # both in one launch (OVERLAP), in both tilings; without and with h0 / ht
+                    i1 = types.Array(types.int32, 1, "C")
+                    for bv_, rows_, lab in ((64, 8, ""), (32, 4, ",4x4")):
+                        for st in (False, True):
+                            yield (f"overlap[{rec}{lab}{',h0,ht' if st else ''}]",
+                                   _overlap_kernel(C, KP, bv_, rows_, has_g, st, st, _out_fma_products(C, KP), 0,
+                                                   _out_layout(C, KP)[-1]).py_func,
+                                   (x4, x4, x4, s2, a4 if st else s4, a4 if st else s4, s3, a4, f32, i1, types.int32,
+                                    types.int32))
                     yield (f"out[{rec}]", _out_kernel(C, KP, has_g).py_func, (x4, x4, x4, s2, s3, a4, f32, s4, s2))
                     yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True).py_func,
                            (x4, x4, x4, s2, s3, a4, f32, a4, s2))
+    yield ("zero_flags", _zero_flags.py_func, (types.Array(types.int32, 1, "C"),))
     yield ("gates[float32]", _gates_kernel(C).py_func, (array_type(np.float32, 3), s2))
     yield ("gates[float16]", _gates_kernel(C).py_func, (array_type(np.float16, 3), s2))

@@ -1147,6 +1147,12 @@ def out_pipe_factory(precision=None):
         smem = _out_pipe_layout(C, KP)[-1] * np.dtype(np.float32).itemsize
         return _out_pipe_kernel(C, KP, has_g, has_x, three), smem, (C // 4) ** 2
 
+    def parts(C, KP):
+        """What r3's overlapped launch (``r3._overlap_kernel``, the state walk and this output in one grid) needs:
+        the products, the slab pad, the layout's floats."""
+        return _out_pipe_products(C, KP, three), OUT_PAD, _out_pipe_layout(C, KP)[-1]
+
+    make.parts = parts
     return make
 
 
