@@ -851,6 +851,9 @@ SPLIT_STATES = ("tensor_cores", "shared")
 SPLIT_STATE = "shared"
 SPLIT_OUTS = ("pipelined", "staged")
 SPLIT_OUT = "pipelined"
+# r3's overlapped launch (r3.OVERLAP: the walk and this rung's output kernel as blocks of one grid) for r6's split
+# schedule: off, measured slower on the H200 (decay 1.316 against 1.282 ms: out_pipe_factory's docstring)
+OVERLAP = False
 SPLIT_MAX_BYTES = r3.SPLIT_MAX_BYTES  # the largest per-chunk state buffer (hs) the split schedule allocates
 GATES_THREADS = r3.GATES_THREADS
 _gates_kernel = r3._gates_kernel  # bcum for the split schedule (r3's, which has the same schedule on the FMA units)
@@ -1137,7 +1140,14 @@ def _out_pipe_kernel(C, KP, has_g, has_x, three):
 def out_pipe_factory(precision=None):
     """The output kernel that r3's split schedule launches (``r3._split_launches``' ``out_kernel``) when r6's
     pipelined tensor-core kernel is to replace r3's FMA one: ``make(C, KP, has_g, has_x) -> (kernel, shared bytes,
-    threads)``. ``precision`` as :func:`forward`'s."""
+    threads)``. ``precision`` as :func:`forward`'s.
+
+    ``make.parts`` offers this kernel's products to r3's overlapped launch (``r3._overlap_kernel``: the state walk
+    and the output as blocks of one grid, each chunk's output as soon as the walk has passed it) where
+    :data:`OVERLAP`. Off: on the H200 at B4 T8192 H16 K=V=128, decay, r6's forward took 1.316 ms overlapped
+    against 1.282 as two launches (walk + output 0.563 + 0.678 ms, one launch 1.270;
+    ``figures/data/probes/h200_tune_r6_overlap_b02343f.json``). Beside the walk's FMA blocks, these blocks' mma
+    and 3xTF32 splitting leave the walk, the critical path, fewer issue slots than they take from it."""
     precision = PRECISION if precision is None else precision
     if precision not in PRECISIONS:
         raise ValueError(f"rung {NAME!r}: precision must be one of {PRECISIONS}, got {precision!r}")
@@ -1149,7 +1159,9 @@ def out_pipe_factory(precision=None):
 
     def parts(C, KP):
         """What r3's overlapped launch (``r3._overlap_kernel``, the state walk and this output in one grid) needs:
-        the products, the slab pad, the layout's floats."""
+        the products, the slab pad, the layout's floats; None (two launches) unless :data:`OVERLAP`."""
+        if not OVERLAP:
+            return None
         return _out_pipe_products(C, KP, three), OUT_PAD, _out_pipe_layout(C, KP)[-1]
 
     make.parts = parts
