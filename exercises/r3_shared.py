@@ -156,12 +156,20 @@ BV_DEFAULT = 64
 # and L2 prefetch of the next chunk _chunk_prefetcher (built on _lines_prefetcher and _line_request). Read them in
 # src/linattn_numba/rungs/r3_shared.py (or with inspect.getsource); the launch code below also uses the package's
 # _launch, _rows_aligned and scratch_buffers. The split schedule's pieces (_gates_kernel, _split_state_kernel with
-# its tilings split_tile / split_state_threads / _p2_rows4_tall, _out_kernel: the slab pipeline _out_pipeline with
-# r3's products _out_fma_products, their copiers _rows_copier / _rows_scaler / _rows_adder, _split_runs,
-# _split_launches, and split_deferred, r4's phases 1 and 3) are given whole: the exercise's forward runs the fused
-# schedule.
+# its tilings split_tile / split_state_threads / _p2_rows4_tall and its walk _split_state_body, _out_kernel: the slab
+# pipeline _out_pipeline / _out_body with r3's products _out_fma_products, their copiers _rows_copier / _rows_scaler /
+# _rows_adder, the walk and the output in one launch _overlap_kernel with overlap_bytes, _flags, _zero_flags and
+# _backoff, _split_runs, _split_launches, and split_deferred, r4's phases 1 and 3) are given whole: the exercise's
+# forward runs the fused schedule.
 # ==========================================================================================================
 from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
+    _backoff,
+    _flags,
+    _out_body,
+    _overlap_kernel,
+    _split_state_body,
+    _zero_flags,
+    overlap_bytes,
     _chunk_gates,
     _chunk_prefetcher,
     _chunk_stager,

@@ -121,6 +121,36 @@ def test_split_state_rows(monkeypatch, recurrence, T, C, K, V, bv, rows):
         run(inp, C, True, True, **kw)
 
 
+@pytest.mark.parametrize("recurrence,B,H,T,C,K,V,bv,rows,with_h0,with_ht", [
+    ("decay", 1, 2, 70, 16, 16, 32, 16, 4, True, True), ("plain", 2, 1, 45, 32, 24, 64, 32, 4, False, True),
+    ("decay", 2, 1, 1, 32, 32, 32, 32, 4, False, False), ("decay", 1, 2, 100, 32, 32, 64, 64, 8, True, False)],
+    ids=str)
+def test_overlap(monkeypatch, recurrence, B, H, T, C, K, V, bv, rows, with_h0, with_ht):
+    """The state walk and the output in one launch (``OVERLAP``, ``_overlap_kernel``), taken where the two kernels'
+    blocks are the same size: at C = 16 and 32 here (16 and 64 threads; at C = 64 only K' = 128 gives 256), two
+    value tiles of a head (V = 32 at bv = 16: walkers counted per chunk), the 8 x 4 tiling, T = 1, T not a
+    multiple of C, K != V, B = 2 (ticket -> head and chunk). Against the oracle, and bit for bit the two launches'
+    output and final state (the same products in the same order)."""
+    inp = make(B, T, H, K, V, recurrence, seed=T + K + V + rows)
+    monkeypatch.setattr(r3, "SPLIT_ROWS", rows)
+    gates = ["gates"] if recurrence == "decay" else []
+    assert _kernel_names(inp, C, bv=bv) == gates + ["overlap"]
+    check(inp, C, with_h0, with_ht, bv=bv)
+    o1, h1 = run(inp, C, with_h0, with_ht, bv=bv)
+    monkeypatch.setattr(r3, "OVERLAP", False)
+    assert _kernel_names(inp, C, bv=bv) == gates + ["state", "out"]
+    o2, h2 = run(inp, C, with_h0, with_ht, bv=bv)
+    assert np.array_equal(o1, o2) and (not with_ht or np.array_equal(h1, h2))
+
+
+def test_overlap_needs_equal_blocks():
+    """Blocks of one grid have one size: the overlapped kernel refuses a walk whose blocks differ from the output's
+    (and ``launches`` then keeps two launches: K = 24, V = 12 at C = 64, test_split_schedule)."""
+    with pytest.raises(ValueError, match="threads per block"):
+        r3._overlap_kernel(64, 128, 64, 4, True, False, False, r3._out_fma_products(64, 128), 0,
+                           r3._out_layout(64, 128)[-1])
+
+
 def test_split_tile(monkeypatch):
     """``split_tile``: 64 value columns in 8 x 4 tiles where that leaves SPLIT_WIDE_BLOCKS blocks (B4 H16 V128: 128;
     r4's phase 1 at B1 T1M H2: 128 segments x 2 heads x 2), else 32 in 4 x 4 (B1 H2: each walker's speed counts);
@@ -344,9 +374,9 @@ def test_module_contract():
     # per dtype and recurrence: intra with output (+ state only unless plain) and state x (4 with o, 2 without)
     # float32 with and without 128-bit input loads, float16 without; with 128-bit loads the split schedule's state
     # and output kernels of plain and decay (the general state kernel storing S_c; the pipelined one in its two
-    # tilings, with h0 and ht and writing lg; the output kernel, and the one adding x: split_deferred); its gates
-    # kernel for float32 and float16 gates
-    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 7 + 2
+    # tilings, with h0 and ht and writing lg; the two in one launch, OVERLAP, in both tilings; the output kernel,
+    # and the one adding x: split_deferred); its gates kernel for float32 and float16 gates; the flags' zeroing
+    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 9 + 2 + 1
     assert r3.SCHEDULES == ("fused", "split") and r3.SCHEDULE == "split"  # the measured default (docstring)
 
 

@@ -354,6 +354,23 @@ def test_pipelined_output_kernel(state, T, chunk, K, V, recs, staged, monkeypatc
             assert made == [] and rel_err(o_p, o_s) <= TOL_FP32
 
 
+def test_overlap_with_tensor_core_output(monkeypatch):
+    """r6's output kernel in r3's overlapped launch (``r6.OVERLAP`` on; off by default, measured slower): the walk
+    and the 3xTF32 output as blocks of one grid at C = 32, K' = 32, two value tiles of 32 (64 threads both), a short
+    last chunk; against the oracle and bit for bit the two launches. Off, ``parts`` offers nothing."""
+    inp = make(1, 70, 2, 24, 64, "decay", seed=71)
+    monkeypatch.setattr(r3, "SPLIT_BV", 32)
+    assert r6.out_pipe_factory().parts(32, 32) is None
+    o_two, h_two = run(inp, 32, schedule="split")
+    monkeypatch.setattr(r6, "OVERLAP", True)
+    with kernels_made(r3, "_overlap_kernel") as made:
+        o_one, h_one = run(inp, 32, schedule="split")
+    assert len(made) == 1 and made[0][0][8] == r6.OUT_PAD
+    o_ref, h_ref = oracle(inp)
+    assert rel_err(o_one, o_ref) <= TOL_FP32 and rel_err(h_one, h_ref) <= TOL_FP32
+    assert np.array_equal(o_one, o_two) and np.array_equal(h_one, h_two)
+
+
 def test_pipelined_output_kernel_tf32_and_checks():
     """precision="tf32" reaches the pipelined kernel too (one TF32 product: TF32's ~1e-3, not float32's error);
     C = 16 (one row block: no pairs for the warps) keeps the staged kernel; unknown SPLIT_STATE / SPLIT_OUT values

@@ -214,9 +214,9 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
 # long-context runs at B1 H2), (additive, delta family). The sequential rungs' cost is one block's walk through
 # the tokens (a block per SM, all blocks in one wave at the standard shape): the call's time / T. The scan's cost
 # is per token-head when its segments fill the GPU: the call's time / (B H T).
-# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 1.490 ms decay / 3.62 ms gated
-# delta, r6: 1.277 / 3.52 ms (figures/data/h200_r6_pipe_5d63b60.json, h200_r3_a757612.json); over 8192 tokens
-SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.1819, 0.442), "tensor_cores": (0.1559, 0.430)}
+# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 1.446 ms decay / 3.62 ms gated
+# delta, r6: 1.277 / 3.52 ms (figures/data/h200_r6_pipe_f0ac321.json, h200_r3_a757612.json); over 8192 tokens
+SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.1765, 0.442), "tensor_cores": (0.1559, 0.430)}
 # r4 with its default engine (r6), phases 1 and 3 on r3's split schedule (its state kernel in 8 x 4 tiles of 64 value
 # columns) with r6's output kernel for decay: 5.05 ms over 2 x 1,048,576 (figures/data/h200_long_decay_5d63b60.json);
 # phase 3 on r1 for gated delta: 6.51 ms over 2 x 262,144 (figures/data/h200_long_gdn_4adc74d.json)
@@ -251,8 +251,8 @@ def auto_rung(T: int, K: int, V: int, recurrence: str | None = None, chunk_size:
 
     From ``figures/data`` (B4 T8192 H16 K=V=128, float32): for the additive recurrences (plain, decay) r6
     ``tensor_cores`` (its split schedule: r3's state kernel, then its pipelined output kernel with the products as
-    3xTF32 mma tiles, since 8baed37; it needs C >= 32) is ahead of r3 ``shared`` (1.159 / 1.277 against 1.385 /
-    1.490 ms in one run, ``figures/data/h200_r6_pipe_5d63b60.json``), which is ahead of r5 ``warp_roles`` and r1
+    3xTF32 mma tiles, since 8baed37; it needs C >= 32) is ahead of r3 ``shared`` (1.161 / 1.277 against 1.335 /
+    1.446 ms in one run, ``figures/data/h200_r6_pipe_f0ac321.json``), which is ahead of r5 ``warp_roles`` and r1
     ``recurrent``; for the delta rule and the gated delta rule r1 ``recurrent`` is the fastest rung (its state pass
     does one K x V update per token; the chunked rungs pay for the WY solve and the [W; Q'] S product). So: K <= 128
     picks ``tensor_cores`` (additive, or recurrence unknown, at C = 32 or 64; ``shared`` at C = 16) or

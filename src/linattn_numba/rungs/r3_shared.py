@@ -363,9 +363,41 @@ B          4x4 / 32      8x4 / 32      4x4 / 64      8x4 / 64
 
 (B H ceil(V / 64) in brackets; ms.) At 64 the 4 x 4 kernel with twice the blocks is still 1.56x faster, at 128
 (the standard shape) 8 x 4 wins (0.560 against 0.598), so 96 sits between the two measured points. With the rule,
-at 5d63b60 (``figures/data/h200_r6_pipe_5d63b60.json``, one process beside fla): r3 decay 1.490 ms, plain 1.385,
-against fla ``chunk_simple_gla`` 0.878 / 0.814 (1.70x / 1.70x); at B1 T1048576 H2 r3 takes 48.29 ms
+at 5d63b60 (``figures/data/probes/h200_r6_pipe_5d63b60.json``, one process beside fla): r3 decay 1.490 ms, plain
+1.385, against fla ``chunk_simple_gla`` 0.878 / 0.814 (1.70x / 1.70x); at B1 T1048576 H2 r3 takes 48.29 ms
 (``figures/data/h200_long_decay_5d63b60.json``).
+
+The walk and the output in one launch (:data:`OVERLAP`, :func:`_overlap_kernel`, since b02343f). At the standard
+shape the walk is 128 blocks of 256 threads, one per SM, for its 0.56 ms, and the SM has room for a second block
+(two per SM fit: 2 x 101.6 KB of shared memory, 128 registers a thread) that stays empty until the output kernel
+starts. One grid now holds both: ``nwalk`` walker blocks and every chunk's output block, each chunk's as soon as
+the walk has stored S_c. Who does what comes from a ticket (an atomic counter that a block reads when it starts),
+not from the block index, so every walker is running before any output block can wait for it: no deadlock
+whatever order the hardware starts blocks in. Walkers count, per chunk, the value tiles of S_c stored
+(``threadfence`` then an atomic add, one chunk late so that the fence finds the stores done); an output block's
+thread 0 reads its chunk's count by atomics (``nanosleep`` between looks) before the block copies S_c. The output is
+the same bit for bit. It runs where the two kernels' blocks are the same size (256 threads: C = 64, K' = 128, in
+either tiling) and without the deferred start state (r4's output waits for its scan). ``tools/sass.py`` (sm_90):
+128 registers; 56 bytes spilled for decay (the 8 x 4 walk with its counts; none for plain, nor in the 4 x 4 tiling).
+
+H200 at B4 T8192 H16 K=V=128, per kernel, oracle-checked (``figures/data/probes/h200_tune_r3_overlap_b02343f.json``,
+``h200_tune_r3_overlap_plain_f0ac321.json``):
+
+=========  ===============================  ===============  ==================  ===================
+           two launches: state + out (ms)   one launch (ms)  forward, two (ms)   forward, one (ms)
+=========  ===============================  ===============  ==================  ===================
+decay      0.560 + 0.887 = 1.447            1.399            1.492               1.444
+plain      0.527 + 0.860 = 1.387            1.336            1.388               1.334
+=========  ===============================  ===============  ==================  ===================
+
+3-4 %, where the output's work run entirely beside the walk would have saved up to its 0.56 ms. Both roles are
+bound by instruction issue (the profiles above: each kernel issued in ~0.7 of its schedulers' cycles alone), so a
+co-resident output block mostly takes issue slots from the walk, the critical path, rather than filling idle ones;
+what is gained is the walk's idle ~30 %. (Not profiled with the two roles together: how much slower the walk runs
+beside them is inferred, not measured.) r6's output kernel, on the tensor cores, was slower this way (r6's
+``OVERLAP``, off). The bench beside fla (``figures/data/h200_r6_pipe_f0ac321.json``, the README's rows): r3 plain
+1.335 / decay 1.446 ms against fla 0.814 / 0.878 (1.64x / 1.65x). compute-sanitizer (memcheck, racecheck,
+synccheck) on both tilings: nothing reported (``figures/data/h200_sanitize_par_f0ac321.txt``).
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta
@@ -2533,15 +2565,15 @@ def compile_targets():
                         yield (f"split_state[{rec},lg{lab}]", _split_state_kernel(C, KP, bv_, has_g, False, True,
                                                                                    has_g, rows_).py_func,
                                (x4, x4, s2, s4, a4, s3, s2))
-                    # both in one launch (OVERLAP), in both tilings; without and with h0 / ht
+                    # both in one launch (OVERLAP), in both tilings: 8 x 4 as the standard shape runs it (no h0 /
+                    # ht), 4 x 4 with h0 and ht (the GPU tier's shapes)
                     i1 = types.Array(types.int32, 1, "C")
-                    for bv_, rows_, lab in ((64, 8, ""), (32, 4, ",4x4")):
-                        for st in (False, True):
-                            yield (f"overlap[{rec}{lab}{',h0,ht' if st else ''}]",
-                                   _overlap_kernel(C, KP, bv_, rows_, has_g, st, st, _out_fma_products(C, KP), 0,
-                                                   _out_layout(C, KP)[-1]).py_func,
-                                   (x4, x4, x4, s2, a4 if st else s4, a4 if st else s4, s3, a4, f32, i1, types.int32,
-                                    types.int32))
+                    for bv_, rows_, lab, st in ((64, 8, "", False), (32, 4, ",4x4,h0,ht", True)):
+                        yield (f"overlap[{rec}{lab}]",
+                               _overlap_kernel(C, KP, bv_, rows_, has_g, st, st, _out_fma_products(C, KP), 0,
+                                               _out_layout(C, KP)[-1]).py_func,
+                               (x4, x4, x4, s2, a4 if st else s4, a4 if st else s4, s3, a4, f32, i1, types.int32,
+                                types.int32))
                     yield (f"out[{rec}]", _out_kernel(C, KP, has_g).py_func, (x4, x4, x4, s2, s3, a4, f32, s4, s2))
                     yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True).py_func,
                            (x4, x4, x4, s2, s3, a4, f32, a4, s2))

@@ -124,7 +124,7 @@ r3 state, pipelined output (default)   0.599        0.676        1.322       1.2
 Since d88055a that state walk runs in 8 x 4 tiles of 64 value columns where there are many walkers (``r3.split_tile``):
 decay 1.284 ms (state 0.560, out 0.674; ``probes/h200_tune_r6_pipe_3aed3d0.json``). The bench beside fla before
 it (``figures/data/probes/h200_r6_pipe_45bc923.json``): plain 1.208 / decay 1.330 ms; with it, at 5d63b60
-(``figures/data/h200_r6_pipe_5d63b60.json``, the README's rows): plain 1.159 / decay 1.277 ms against r3's 1.385 /
+(``figures/data/probes/h200_r6_pipe_5d63b60.json``): plain 1.159 / decay 1.277 ms against r3's 1.385 /
 1.490 and fla ``chunk_simple_gla``'s 0.814 / 0.878 (TF32, relative error 1.5e-3 / 1.8e-3 where this rung has
 3.3e-6 / 1.4e-6): 1.42x / 1.45x fla's time. The output kernel moves ~1.6 GB (q, k, v, the states hs, o) in
 0.676 ms: 2.4 TB/s, 0.56 of the copy bandwidth; its 27.9 GFLOP as executed (scores as FMA, 10 of 16 sub-tiles)
@@ -132,7 +132,9 @@ come to 41 TFLOP/s. By ``tools/sass.py`` (sm_90, this machine's ptxas): 128 regi
 with the deferred start state), against r3's 127 and none: the 32 accumulators and the split B fragments of the
 mma loop beside r3's scores' 80 registers; the H200's ptxas was not read. r4 ``scan`` runs this kernel as phase 3
 for the additive family (``r4.SPLIT_OUT``, the deferred start state added to the slabs of S_c a thread copied, as
-in r3's kernel).
+in r3's kernel). At f0ac321 (``figures/data/h200_r6_pipe_f0ac321.json``, the README's rows): plain 1.161 / decay
+1.277 ms, fla 0.814 / 0.878; r3, now with its walk and output in one launch (``r3.OVERLAP``), 1.335 / 1.446. That
+launch does not pay here (:data:`OVERLAP`, :func:`out_pipe_factory`).
 It needs r3's copy maps (``r3.split_fits``) and C >= 32 (:func:`out_pipe_fits`); elsewhere the staged kernel runs.
 
 The delta family's intra kernel on the tensor cores (opt in: ``intra="tensor_cores"``, :func:`_intra_delta_kernel`)
