@@ -241,10 +241,6 @@ BAR_MEET = 1  # the rendezvous hand-off: every thread of the block, once per chu
 # (docstring, "Hand-offs"); the rendezvous measured 0.3-1.3 % faster
 HANDOFFS = ("pair", "rendezvous")
 HANDOFF = "rendezvous"
-# the pair: a block-scope fence (membar.cta) before the consumers' EMPTY arrive. The PTX memory model orders the reads
-# before a barrier.arrive with the accesses after the matching barrier.sync without it (module docstring,
-# "Sanitizers"); PAIR_FENCE asks whether compute-sanitizer's racecheck sees that order only with an explicit fence
-PAIR_FENCE = False
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -346,7 +342,7 @@ def _threads(KP, BV):
 
 
 @functools.lru_cache(maxsize=None)
-def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair, fence=False):
+def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair):
     BV4 = BV // 4
     NTH, NCT, NPT = _threads(KP, BV)
     NTOT = NCT + NPT
@@ -505,8 +501,6 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair, fence
                         for j in range(4):
                             S[4 * i + j] += x[i] * y[j]
             if pair and c + 2 < NC:
-                if fence:
-                    cuda.threadfence_block()  # this thread's reads of stage s performed before the arrive below
                 barrier_arrive(BAR_EMPTY + s, NTOT)  # stage s may be refilled (with chunk c + 2)
         if has_ht and own:
             for i in range(4):
@@ -569,8 +563,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     bcum, w, u, qp, u2 = r3.scratch_buffers(BH, TP, KP, V, has_g, delta, out, stream)
     if T > 0 or ht is not None:
         vin = T > 0 and r3._rows_aligned(q, k, v)  # 16-byte rows: cp.async for Q and K, 128-bit loads for V
-        kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin, handoff == "pair",
-                               handoff == "pair" and bool(PAIR_FENCE))
+        kern_b = _state_kernel(C, KP, BV, has_g, delta, out, h0 is not None, ht is not None, vin, handoff == "pair")
         args_b = (q, k, v, bcum, w, u, qp, u2, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(o, 4), np.float32(scale))
         _, nct, npt = _threads(KP, BV)
         todo.append(("state", lambda: r3._launch(kern_b, (cdiv(V, BV), BH), nct + npt, smem_b, stream, args_b)))
@@ -610,7 +603,6 @@ def compile_targets():
             if vin:  # the other hand-off, one variant per recurrence (the barriers differ, nothing else)
                 yield (
                     f"state[{tag},o=1,h0=1,ht=1,vec=1,handoff={other}]",
-                    _state_kernel(C, KP, BV, has_g, delta, True, True, True, True, not pair,
-                                  not pair and bool(PAIR_FENCE)).py_func,
+                    _state_kernel(C, KP, BV, has_g, delta, True, True, True, True, not pair).py_func,
                     (x4, x4, x4, s2, s3, s3, s3, s3, a4, a4, a4, f32),
                 )
