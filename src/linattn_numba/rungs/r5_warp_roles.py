@@ -204,6 +204,17 @@ happens-before check (``tests/test_sim_racecheck.py``, the pair on every recurre
 nothing. A report that comes and goes with the timing, on an arrive / sync pair the protocol relies on, reads more
 like racecheck not ordering reads before an arrive than like a race; it is not settled. The pair hand-off is not
 the default, and it is kept for comparison only.
+
+That reading was then put to the test (6cb262c, since reverted): a block-scope fence (``membar.cta``) before the
+consumers' EMPTY arrive, which makes the reads performed before the arrive beyond any doubt (the PTX ISA already
+says so of the arrive: "prior memory accesses requested by this thread are performed relative to all threads
+participating in the barrier", and an arrive synchronizes with a sync on the same barrier). racecheck, five
+processes each (``figures/data/probes/h200_racecheck_r5_pair_fence_6cb262c.txt``): flagged 4 of 5 without the fence
+and 4 of 5 with it, outputs right every time. So the reports are not about the reads' order before the arrive;
+what racecheck does not see in this arrive / sync pair is still not known, and no race in the protocol has been
+found (the argument: a consumer arrives on EMPTY_s only after reading chunk c, the producers refill stage s only
+after their sync on EMPTY_s, and neither barrier can be met twice before the other side has passed it, because
+FULL_s lies between).
 """
 
 from __future__ import annotations
