@@ -1,6 +1,7 @@
 """Rung r3, ``shared``: the chunkwise algorithm of r2 (:func:`linattn_numba.reference.chunked`) in two fused
 kernels that keep every operand of their matrix products in shared memory and every thread's results in
-registers (for plain and decay attention, by default, three: the *split schedule*, section below).
+registers (for plain and decay attention, by default, three: the *split schedule*, section below, whose state walk
+and output run as one launch where their blocks are the same size: :data:`OVERLAP`).
 
 What changed from r2, and why
 -----------------------------
@@ -2205,9 +2206,9 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
     """The split schedule's state walk and its output in one launch (:data:`OVERLAP`), so that the output of the
     chunks already walked is computed while the walk goes on.
 
-    Why: at the standard shape the walk is B H V / BV = 128 blocks of 256 threads (:func:`split_tile`): one per SM,
-    two thirds of 227 KB of shared memory and of the SM's registers idle for the 0.56 ms of the walk, then the
-    output kernel's 8,192 independent blocks (0.89 ms) fill every SM. Here both roles are blocks of one grid of
+    Why: at the standard shape the walk is B H V / BV = 128 blocks of 256 threads (:func:`split_tile`) for 132 SMs:
+    about one per SM, leaving more than half of its 227 KB of shared memory and half its registers idle for the
+    0.56 ms of the walk; then the output kernel's 8,192 independent blocks (0.89 ms) fill every SM. Here both roles are blocks of one grid of
     ``nwalk + NC B H`` blocks of 256 threads (launch bounds (256, 2): two per SM, whatever their roles), and an
     output block of chunk c waits only for S_c, not for the whole walk.
 
