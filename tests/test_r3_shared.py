@@ -143,6 +143,36 @@ def test_overlap(monkeypatch, recurrence, B, H, T, C, K, V, bv, rows, with_h0, w
     assert np.array_equal(o1, o2) and (not with_ht or np.array_equal(h1, h2))
 
 
+class _ReversedGrid:
+    """numpy, except that ``ndindex`` (the simulator's loop over a grid's blocks) runs backwards."""
+
+    def __init__(self, np_module):
+        self._np, self.reversed_grids = np_module, 0
+
+    def __getattr__(self, name):
+        return getattr(self._np, name)
+
+    def ndindex(self, *shape):
+        self.reversed_grids += 1
+        return reversed(list(self._np.ndindex(*shape)))
+
+
+def test_overlap_any_block_order(monkeypatch):
+    """Roles come from tickets taken when a block starts, not from block indices: with the simulator's blocks run
+    last to first, the first block to run still walks and every output block still finds its chunk's count
+    complete (``_backoff`` raises in the simulator if a block ever has to wait). Roles by block index would make
+    the first block to run here an output block of the last chunk, waiting for a walk that has not started."""
+    from numba.cuda.simulator import kernel as simkernel
+
+    inp = make(2, 70, 1, 16, 32, "decay", seed=77)
+    o_fwd, h_fwd = run(inp, 16, True, True, bv=16)
+    grid = _ReversedGrid(simkernel.np)
+    monkeypatch.setattr(simkernel, "np", grid)
+    o_rev, h_rev = run(inp, 16, True, True, bv=16)
+    assert grid.reversed_grids >= 2  # the gates kernel and the overlapped one ran backwards
+    assert np.array_equal(o_rev, o_fwd) and np.array_equal(h_rev, h_fwd)
+
+
 def test_overlap_needs_equal_blocks():
     """Blocks of one grid have one size: the overlapped kernel refuses a walk whose blocks differ from the output's
     (and ``launches`` then keeps two launches: K = 24, V = 12 at C = 64, test_split_schedule)."""

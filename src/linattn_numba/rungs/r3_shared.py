@@ -2170,8 +2170,11 @@ OVERLAP_SLEEP_NS = 200  # a waiting output block's thread 0 sleeps this long bet
 if config.ENABLE_CUDASIM:
     @cuda.jit(device=True)
     def _backoff():
-        """Nothing: the simulator runs blocks one after another, so a count is complete before anyone waits."""
-        pass
+        """The simulator runs blocks one after another: with roles by ticket every walker has finished before an
+        output block starts, so nobody ever waits there; a block that does would wait forever (roles given by
+        block index, say, under another block order), and this says so at once instead."""
+        raise RuntimeError("an output block waits for a walker that has not run: in the simulator (one block "
+                           "after another) it would wait forever")
 else:
     @cuda.jit(device=True, inline="always")
     def _backoff():
@@ -2218,7 +2221,9 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
     nwalk; chunk-major, the order the walk makes them ready; :func:`_out_body` with ``wait``). A block holds a
     ticket only once it runs, so every walker is resident before any output block can wait on it, whatever order
     the hardware starts blocks in: no deadlock (by block index, output blocks started first could fill the GPU and
-    wait forever for walkers that cannot start). The walkers never wait on output blocks.
+    wait forever for walkers that cannot start). The walkers never wait on output blocks. The simulator checks it
+    with its blocks run last to first (``tests/test_r3_shared.py::test_overlap_any_block_order``; there a block that
+    would have to wait raises at once: :func:`_backoff`).
 
     Shared memory: the larger of the two layouts, and one int past it for the ticket (``out_floats``: the output
     layout's floats; r6's pads its slabs). The same results as the two kernels, bit for bit: the same products in
