@@ -20,7 +20,7 @@
 #     pipe_bench  r6's split schedule with each output kernel (pipelined, staged), per kernel (plain, decay); then the
 #               bench of r3, r4 and r6 beside fla's chunk kernel (plain, decay; the standard shape)
 #     overlap   r3's and r6's split schedules (plain, decay; the standard shape) with the state walk and the output
-#               as two launches and as one (r3_shared.OVERLAP 0 / 1), per kernel: h200_tune_r{3,6}_overlap_<sha>.json
+#               as two launches and as one (r3_shared.OVERLAP, r6_tensor_cores.OVERLAP 0 / 1), per kernel: h200_tune_r{3,6}_overlap_<sha>.json
 #     std_additive  pipe_bench's bench alone
 #     split_rule  r3's forward (decay) at B1 and B2 x T32768 H16 with its split state kernel in each tiling (4 x 4
 #               tiles of 32 columns, 8 x 4 of 64) and the two others, per kernel: where r3.split_tile's
@@ -228,7 +228,7 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
     overlap)
       py_log overlap.log 150 "${R3_SPLIT[@]}" --vary r3_shared.OVERLAP=0,1 --out "$out/h200_tune_r3_overlap_$sha.json" \
         || rc=1
-      py_log overlap.log 150 "${R6_SPLIT[@]}" --vary r3_shared.OVERLAP=0,1 --out "$out/h200_tune_r6_overlap_$sha.json" \
+      py_log overlap.log 150 "${R6_SPLIT[@]}" --vary r6_tensor_cores.OVERLAP=0,1 --out "$out/h200_tune_r6_overlap_$sha.json" \
         || rc=1;;
     std_additive)
       bench --rungs shared,scan,tensor_cores --recurrences plain,decay --fla chunk --out "$out/h200_r6_pipe_$sha.json" \

@@ -63,8 +63,9 @@ def scratch_key(name, stream):
     return name, threading.get_ident(), stream if isinstance(stream, int) else id(stream), dev
 
 
-def scratch(name, shape, stream):
-    """A C-contiguous float32 device array of ``shape``: a view of the start of one flat buffer per
+def scratch(name, shape, stream, dtype=np.float32):
+    """A C-contiguous device array of ``shape`` (float32 unless ``dtype``; r3's overlapped launch keeps int32
+    counts): a view of the start of one flat buffer per
     :func:`scratch_key`, kept between calls and grown (replaced by a larger one) only when ``shape`` needs more
     elements than it holds.
 
@@ -79,7 +80,7 @@ def scratch(name, shape, stream):
     buf = _scratch_cache.get(key)
     if buf is None or buf.size < n:
         _scratch_cache.pop(key, None)  # drop the old buffer before allocating the larger one
-        buf = cuda.device_array(max(n, 1), np.float32, stream=stream)
+        buf = cuda.device_array(max(n, 1), dtype, stream=stream)
         _scratch_cache[key] = buf
     return buf[:n].reshape(tuple(shape))
 

@@ -2190,18 +2190,9 @@ def _zero_flags(flags):
         flags[i] = 0
 
 
-_flags_cache = {}
-
-
 def _flags(n, stream):
-    """An int32 device array of n elements, kept between calls (per stream, grown when a call needs more)."""
-    key = scratch_key("overlap_flags", stream)
-    buf = _flags_cache.get(key)
-    if buf is None or buf.size < n:
-        _flags_cache.pop(key, None)
-        buf = cuda.device_array(n, np.int32, stream=stream)
-        _flags_cache[key] = buf
-    return buf[:n]
+    """The overlapped launch's int32 counts (n of them), a kept scratch buffer (:func:`_scratch`)."""
+    return _scratch("overlap_flags", (n,), stream, np.int32)
 
 
 @functools.lru_cache(maxsize=None)
@@ -2211,8 +2202,8 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
 
     Why: at the standard shape the walk is B H V / BV = 128 blocks of 256 threads (:func:`split_tile`) for 132 SMs:
     about one per SM, leaving more than half of its 227 KB of shared memory and half its registers idle for the
-    0.56 ms of the walk; then the output kernel's 8,192 independent blocks (0.89 ms) fill every SM. Here both roles are blocks of one grid of
-    ``nwalk + NC B H`` blocks of 256 threads (launch bounds (256, 2): two per SM, whatever their roles), and an
+    0.56 ms of the walk; then the output kernel's 8,192 independent blocks (0.89 ms) fill every SM. Here both roles
+    are blocks of one grid of ``nwalk + NC B H`` blocks of 256 threads (launch bounds (256, 2): two per SM, whatever their roles), and an
     output block of chunk c waits only for S_c, not for the whole walk.
 
     Roles by ticket, not by block index: thread 0 of each block takes the next number from ``flags[0]`` (an atomic
