@@ -63,6 +63,10 @@
 #   sanitize_r6: r6 tensor_cores under the three tools)
 #     racecheck_probe  racecheck and synccheck on each kernel of tools/racecheck_probe.py (named-barrier hand-offs
 #               with known answers, correct and racy), one process each, all at once: h200_racecheck_probe_<sha>.txt
+#     racecheck_matrix  racecheck on the pair kernels of tools/racecheck_probe.py with r5's ingredients as modifiers
+#               (RP_VARIANTS, space separated; RP_ARGS, default --blocks 16 --chunks 32), RP_REPS processes each
+#               (default 3), next to r5's own pair hand-off (plain, RP_R5_REPS processes, default 3), all at once:
+#               h200_racecheck_matrix_<sha>.txt, and one line per process: variant, run, hazards, answer
 #     r5_handoff  r3 (its tuned BV = 64) and r5 with each stage hand-off (pair, rendezvous), all four recurrences,
 #               per kernel, oracle-checked (tools/tune_r3.py): h200_r5_handoff_<sha>.json (R5_RUNGS: the rungs)
 #     sanitize_par  the three tools on SANITIZE_JOBS (rung:recurrences, space separated; default r1 on all four
@@ -291,6 +295,30 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
       wait
       cat "$out"/rp_*.txt > "$out/h200_racecheck_probe_$sha.txt" && rm "$out"/rp_*.txt
       grep -E "^== |SUMMARY|answer" "$out/h200_racecheck_probe_$sha.txt";;
+    racecheck_matrix)
+      variants=${RP_VARIANTS:-pair_na pair_na+cp pair_na+vec pair_na+inplace pair_na+clate pair_na+plate \
+        pair_na+cp+vec+inplace pair_na+cp+vec+inplace+clate pair_na+cp+vec+inplace+plate pair_bug \
+        pair_bug+cp+vec+inplace}
+      for k in $variants; do
+        for r in $(seq "${RP_REPS:-3}"); do
+          # shellcheck disable=SC2086 # RP_ARGS: words
+          (echo "== racecheck $k run $r"; timeout 300 compute-sanitizer --tool racecheck --print-limit 4 \
+            python3 tools/racecheck_probe.py --kernel "$k" ${RP_ARGS:---blocks 16 --chunks 32} 2>&1 \
+            | grep -v "NumbaPerformanceWarning\|warn(errors" | cut -c1-300; echo "exit status ${PIPESTATUS[0]}") \
+            > "$out/rm_${k//+/_}_$r.txt" 2>&1 &
+        done
+      done
+      for r in $(seq "${RP_R5_REPS:-3}"); do
+        (echo "== racecheck r5_pair_plain run $r"; timeout 400 compute-sanitizer --tool racecheck --print-limit 4 \
+          python3 tools/sanitize.py --rungs warp_roles --recurrences plain --handoffs pair 2>&1 \
+          | grep -v "NumbaPerformanceWarning\|warn(errors" | cut -c1-300; echo "exit status ${PIPESTATUS[0]}") \
+          > "$out/rm_r5_pair_$r.txt" 2>&1 &
+      done
+      wait
+      cat "$out"/rm_*.txt > "$out/h200_racecheck_matrix_$sha.txt" && rm "$out"/rm_*.txt
+      awk '/^== /{k=$3; r=$5} /RACECHECK SUMMARY/{h=$4} /answer|output rel err/{a=$0}
+        /^exit status/{printf "%-36s run %s  hazards %-4s %s  (%s)\n", k, r, h, $3, a; h="-"; a=""}' \
+        "$out/h200_racecheck_matrix_$sha.txt";;
     r5_handoff)
       for rung in ${R5_RUNGS:-shared warp_roles}; do
         bv=64; [ "$rung" = warp_roles ] && bv=32
