@@ -64,7 +64,8 @@
 #     racecheck_probe  racecheck and synccheck on each kernel of tools/racecheck_probe.py (named-barrier hand-offs
 #               with known answers, correct and racy), one process each, all at once: h200_racecheck_probe_<sha>.txt
 #     racecheck_matrix  racecheck on the pair kernels of tools/racecheck_probe.py with r5's ingredients as modifiers
-#               (RP_VARIANTS, space separated; RP_ARGS, default --blocks 16 --chunks 32), RP_REPS processes each
+#               (RP_VARIANTS, space separated, each KERNEL or KERNEL@BLOCKSxCHUNKS; RP_ARGS, the blocks and
+#               chunks of a variant without @, default --blocks 16 --chunks 32), RP_REPS processes each
 #               (default 3), next to r5's own pair hand-off (plain, RP_R5_REPS processes, default 3), all at once:
 #               h200_racecheck_matrix_<sha>.txt, and one line per process: variant, run, hazards, answer
 #     r5_handoff  r3 (its tuned BV = 64) and r5 with each stage hand-off (pair, rendezvous), all four recurrences,
@@ -300,15 +301,17 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
         pair_na+cp+vec+inplace pair_na+cp+vec+inplace+clate pair_na+cp+vec+inplace+plate pair_bug \
         pair_bug+cp+vec+inplace}
       for k in $variants; do
+        args=${RP_ARGS:---blocks 16 --chunks 32}
+        case "$k" in *@*x*) bc=${k#*@}; args="--blocks ${bc%x*} --chunks ${bc#*x}";; esac
         for r in $(seq "${RP_REPS:-3}"); do
-          # shellcheck disable=SC2086 # RP_ARGS: words
+          # shellcheck disable=SC2086 # args: words
           (echo "== racecheck $k run $r"; timeout 300 compute-sanitizer --tool racecheck --print-limit 4 \
-            python3 tools/racecheck_probe.py --kernel "$k" ${RP_ARGS:---blocks 16 --chunks 32} 2>&1 \
+            python3 tools/racecheck_probe.py --kernel "${k%@*}" $args 2>&1 \
             | grep -v "NumbaPerformanceWarning\|warn(errors" | cut -c1-300; echo "exit status ${PIPESTATUS[0]}") \
-            > "$out/rm_${k//+/_}_$r.txt" 2>&1 &
+            > "$out/rm_${k//[+@]/_}_$r.txt" 2>&1 &
         done
       done
-      for r in $(seq "${RP_R5_REPS:-3}"); do
+      for r in $(seq "${RP_R5_REPS-3}"); do
         (echo "== racecheck r5_pair_plain run $r"; timeout 400 compute-sanitizer --tool racecheck --print-limit 4 \
           python3 tools/sanitize.py --rungs warp_roles --recurrences plain --handoffs pair 2>&1 \
           | grep -v "NumbaPerformanceWarning\|warn(errors" | cut -c1-300; echo "exit status ${PIPESTATUS[0]}") \
