@@ -52,6 +52,7 @@ import sys
 
 KERNELS = ("pair", "pair_bug", "pair_na", "rendezvous", "rendezvous_aligned", "rendezvous_block", "cons_named",
            "cons_bug")
+GPU_ONLY = ("pair_mb",)  # mbarrier objects: no simulator twin
 MODIFIERS = ("cp", "vec", "inplace", "clate", "plate")  # of a pair kernel, after "+" (module docstring)
 LAG_NS = 4000  # clate / plate: how long one role dawdles before the EMPTY hand-off
 NCONS, NPROD, STAGE, NCHUNK = 64, 32, 256, 8
@@ -60,11 +61,73 @@ RING, CBUF = 2 * STAGE, 4 * NCONS  # shared array sizes (constants: Numba types 
 FULL, EMPTY, CONS = 1, 3, 5  # r5's barrier ids
 
 
+def _mbarrier_intrinsics():
+    """``mb_init(bars, i, count)``, ``mb_arrive(bars, i)``, ``mb_test(bars, i, parity)`` on the int64 shared array
+    ``bars``: PTX ``mbarrier`` objects (sm_90 forms; arrive is a release, try_wait an acquire, both .cta)."""
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    i32 = ir.IntType(32)
+
+    def addr(context, builder, aryty, ary_val, ity, i_val):
+        ary = context.make_array(aryty)(context, builder, ary_val)
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [context.cast(builder, i_val, ity, types.intp)],
+                                       wraparound=False)
+        sptr = builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, addrspace=3))
+        return builder.ptrtoint(sptr, i32)
+
+    @intrinsic
+    def mb_init(typingctx, bars, i, count):
+        sig = types.void(bars, i, count)
+
+        def codegen(context, builder, sig, args):
+            a = addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            n = context.cast(builder, args[2], sig.args[2], types.int32)
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i32]),
+                               "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}", side_effect=True)
+            builder.call(asm, [a, n])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def mb_arrive(typingctx, bars, i):
+        sig = types.void(bars, i)
+
+        def codegen(context, builder, sig, args):
+            a = addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32]),
+                               "mbarrier.arrive.release.cta.shared::cta.b64 _, [$0];", "r,~{memory}",
+                               side_effect=True)
+            builder.call(asm, [a])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def mb_test(typingctx, bars, i, parity):
+        sig = types.int32(bars, i, parity)
+
+        def codegen(context, builder, sig, args):
+            a = addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            ph = context.cast(builder, args[2], sig.args[2], types.int32)
+            asm = ir.InlineAsm(ir.FunctionType(i32, [i32, i32]),
+                               "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [$1], $2; "
+                               "selp.u32 $0, 1, 0, p; }", "=r,r,r,~{memory}", side_effect=True)
+            return builder.call(asm, [a, ph])
+
+        return sig, codegen
+
+    return mb_init, mb_arrive, mb_test
+
+
 def parse(name):
     """``"pair_na+cp+vec"`` -> ``("pair_na", {"cp", "vec"})``; a ValueError for an unknown kernel or modifier."""
     base, *mods = name.split("+")
-    if base not in KERNELS:
-        raise ValueError(f"unknown kernel {base!r}; one of {KERNELS}")
+    if base not in KERNELS + GPU_ONLY:
+        raise ValueError(f"unknown kernel {base!r}; one of {KERNELS + GPU_ONLY}")
     bad = [m for m in mods if m not in MODIFIERS]
     if bad or (mods and not base.startswith("pair")):
         raise ValueError(f"modifiers {MODIFIERS} go with a pair kernel only; got {name!r}")
@@ -75,8 +138,8 @@ def build(name, nchunk=NCHUNK):
     """The kernel ``name``: ``k[nblocks, NTOT](x, out)`` with x [nchunk * STAGE] float32, out [nblocks * NCONS]
     float32 (every block reads the same x)."""
     # module globals, not closure cells: the simulator swaps the kernel's global ``cuda`` for its own
-    global cuda, float32, cp_async16, cp_async_wait_all, ld4
-    from numba import config, cuda, float32
+    global cuda, float32, int64, cp_async16, cp_async_wait_all, ld4, mb_init, mb_arrive, mb_test
+    from numba import config, cuda, float32, int64
 
     from linattn_numba.rungs.r5_warp_roles import bar_arrive, bar_sync, barrier_arrive, barrier_sync
     from linattn_numba.vec import cp_async16, cp_async_wait_all, ld4
@@ -89,7 +152,12 @@ def build(name, nchunk=NCHUNK):
     SLEEP = not config.ENABLE_CUDASIM  # the simulator has no nanosleep, and its order does not depend on timing
     # booleans and device functions chosen here, not string tests inside the kernels (a string method would be
     # compiled as a device function)
-    pair = name in ("pair", "pair_bug", "pair_na")
+    mb = name == "pair_mb"  # the pair hand-off on mbarrier objects instead of named barriers
+    if mb:
+        if config.ENABLE_CUDASIM:
+            raise ValueError("pair_mb runs on a GPU only (the simulator has no mbarrier objects)")
+        mb_init, mb_arrive, mb_test = _mbarrier_intrinsics()
+    pair = name in ("pair", "pair_bug", "pair_na", "pair_mb")
     late = name == "pair_bug"  # waits on EMPTY after the refill instead of before it
     block = name == "rendezvous_block"
     both = name == "cons_named"
@@ -99,8 +167,13 @@ def build(name, nchunk=NCHUNK):
 
     def ring(x, out):
         sm = cuda.shared.array(RING, float32, alignment=ALIGN)  # cp.async and ld4 move 16 aligned bytes
+        bars = cuda.shared.array(4, int64)  # pair_mb: FULL(0), FULL(1) (NPROD arrivals), EMPTY(0), EMPTY(1) (NCONS)
         tid = cuda.threadIdx.x
         ob = cuda.blockIdx.x * NCONS
+        if mb:
+            if tid < 4:
+                mb_init(bars, tid, NPROD if tid < 2 else NCONS)
+            cuda.syncthreads()  # the barriers are initialised before anybody arrives or waits
         if tid >= NCONS:
             p = tid - NCONS
             for c in range(NCH):
@@ -108,7 +181,10 @@ def build(name, nchunk=NCHUNK):
                 if plate and SLEEP and c >= 2:
                     cuda.nanosleep(LAG_NS)  # one sleep may end early (the PTX ISA gives [0, 2 t]): two
                     cuda.nanosleep(LAG_NS)
-                if pair and not late and c >= 2:
+                if mb and c >= 2:
+                    while mb_test(bars, 2 + s, (c // 2 - 1) % 2) == 0:  # phase c // 2 - 1 of EMPTY(s)
+                        pass
+                elif pair and not late and c >= 2:
                     wait(EMPTY + s, NTOT)  # the consumers are done with chunk c - 2
                 if cp:
                     for i in range(p, STAGE // 4, NPROD):
@@ -121,6 +197,8 @@ def build(name, nchunk=NCHUNK):
                     wait(EMPTY + s, NTOT)  # too late: the stage is already overwritten
                 if block:
                     cuda.syncthreads()
+                elif mb:
+                    mb_arrive(bars, s)
                 elif pair:
                     arrive(FULL + s, NTOT)
                 else:
@@ -131,6 +209,9 @@ def build(name, nchunk=NCHUNK):
             s = c % 2
             if block:
                 cuda.syncthreads()
+            elif mb:
+                while mb_test(bars, s, (c // 2) % 2) == 0:  # phase c // 2 of FULL(s): chunk c staged
+                    pass
             elif pair:
                 wait(FULL + s, NTOT)
             else:
@@ -149,7 +230,9 @@ def build(name, nchunk=NCHUNK):
             if clate and SLEEP and c + 2 < NCH:
                 cuda.nanosleep(LAG_NS)
                 cuda.nanosleep(LAG_NS)
-            if pair and c + 2 < NCH:
+            if mb and c + 2 < NCH:
+                mb_arrive(bars, 2 + s)
+            elif pair and c + 2 < NCH:
                 arrive(EMPTY + s, NTOT)
         out[ob + tid] = acc
 
