@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from numba import cuda
 
+from linattn_numba import sim
 from linattn_numba.rungs import r3_shared as r3
 from linattn_numba.rungs import r5_warp_roles as r5
 from linattn_numba.testing import TOL_FP32, rel_err
@@ -85,7 +86,7 @@ def test_float16_inputs(recurrence):
 
 @pytest.mark.parametrize("recurrence", list(REC_FLAGS))
 def test_rendezvous_handoff(recurrence):
-    """handoff="rendezvous" (one block barrier per chunk instead of the FULL / EMPTY pairs): the oracle's answer
+    """handoff="rendezvous" (one block barrier per chunk instead of the FULL / EMPTY mbarriers): the oracle's answer
     over 3 chunks (both stages reused) with a short last one, and the pair hand-off's numbers bit for bit (only
     the barriers differ)."""
     inp = make(1, 45, 2, 12, 8, recurrence, seed=21)
@@ -96,6 +97,16 @@ def test_rendezvous_handoff(recurrence):
         for a, b in zip(got, ref):
             if a is not None:
                 np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("recurrence", ["decay", "gated_delta"])
+def test_pair_handoff_over_many_chunks(recurrence):
+    """handoff="pair" over 7 chunks: each stage's FULL and EMPTY mbarriers complete 3-4 phases, so the parity the
+    roles wait for wraps around (a wait on the wrong parity would pass early or hang); the oracle's answer, with
+    the simulator's happens-before check on every shared-memory access."""
+    inp = make(1, 100, 1, 12, 8, recurrence, seed=22)
+    with sim.racecheck():
+        check(inp, 16, handoff="pair")
 
 
 def test_same_numbers_as_r3():
@@ -183,6 +194,7 @@ def test_module_contract():
 _COMPILE_SCRIPT = r"""
 import re
 from numba import cuda
+from linattn_numba import sim
 from linattn_numba.rungs import r3_shared as r3
 from linattn_numba.rungs import r5_warp_roles as r5
 bad, local, n = [], [], 0
@@ -198,14 +210,18 @@ for label, fn, argtypes in r5.compile_targets():
     if "ld.local" in ptx or "st.local" in ptx:
         local.append(label)
     pair = ("handoff=" not in label) == (r5.HANDOFF == "pair")
-    # the roles meet at unaligned named barriers: the pair hand-off arrives on them, the rendezvous only waits
-    # (no block barrier); the consumers' own barrier is an aligned one
-    for needle in (r"bar\.sync", r"barrier\.arrive" if pair else r"barrier\.sync\s+\S+,",
+    # the pair hands the stages over by mbarriers (no named-barrier arrive); the rendezvous meets at an unaligned
+    # named barrier (no block barrier); the consumers' own barrier is an aligned one
+    needles = (r"mbarrier\.init", r"mbarrier\.arrive\.release", r"mbarrier\.try_wait\.parity") if pair else (
+        r"barrier\.sync\s+\S+,",)
+    for needle in (r"bar\.sync", *needles,
                    r"cp\.async\.cg\.shared\.global", r"cp\.async\.wait_all", r"ld\.shared\.v4\.f32"):
         if not re.search(needle, ptx):
             local.append(f"{label} (no {needle})")
-    if not pair and (re.search(r"bar\.arrive|bar\.sync\s+0;", ptx)):
-        local.append(f"{label} (bar.arrive or a block barrier in the rendezvous hand-off)")
+    if re.search(r"(?<![m.])barrier\.arrive|\bbar\.arrive", ptx):
+        local.append(f"{label} (a named-barrier arrive)")
+    if not pair and (re.search(r"mbarrier|bar\.sync\s+0;", ptx)):
+        local.append(f"{label} (an mbarrier or a block barrier in the rendezvous hand-off)")
 print(f"compiled {n - len(bad)}/{n}")
 for b in bad:
     print("FAILED:", b)
@@ -217,8 +233,8 @@ for label in local:
 @pytest.mark.compile
 def test_state_kernels_compile_for_sm90():
     """The gated delta rule's state kernels (float32 with 16-byte copies, float16 without; with and without
-    output) compiled for cc 9.0 with the simulator off: no local memory; named barriers, cp.async and 128-bit
-    shared loads present. (tests/test_compile.py compiles every variant.)"""
+    output) compiled for cc 9.0 with the simulator off: no local memory; named barriers (and mbarriers in the pair
+    hand-off), cp.async and 128-bit shared loads present. (tests/test_compile.py compiles every variant.)"""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
     r = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     out = r.stdout + r.stderr

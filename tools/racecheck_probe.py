@@ -1,4 +1,5 @@
-"""Do compute-sanitizer's racecheck and synccheck model named barriers? Tiny kernels with a known answer, for r5.
+"""Do compute-sanitizer's racecheck and synccheck model named barriers and mbarriers? Tiny kernels with a known
+answer, for r5.
 
 r5 ``warp_roles``'s first producer/consumer hand-off (producers ``bar.arrive`` on FULL, consumers ``bar.sync`` there;
 the reverse on EMPTY) was reported by racecheck on the H200, while the simulator's happens-before check
@@ -12,7 +13,11 @@ and 8 chunks, so that the tools' verdict on each can be read on its own::
                 chunk + 2 exists). Correct.
     pair_bug    the same barriers, but the producers wait on EMPTY(s) after refilling stage s, not before: they
                 overwrite a stage the consumers may still be reading. A real race (write after read).
-    pair_na     ``pair`` with the unaligned forms ``barrier.sync`` / ``barrier.arrive`` (r5's ``handoff="pair"``).
+    pair_na     ``pair`` with the unaligned forms ``barrier.sync`` / ``barrier.arrive`` (r5's ``handoff="pair"``
+                until 2026-12-04).
+    pair_mb     the same hand-off on mbarrier objects (``mbarrier.arrive`` / ``mbarrier.try_wait.parity``, an int64
+                array of 4 in shared memory: FULL(s) expects the 32 producers, EMPTY(s) the 64 consumers),
+                r5's ``handoff="pair"`` since then. Correct.
     rendezvous  one barrier of the whole block per chunk, ``barrier.sync 1, 96`` (unaligned) from both roles'
                 code: producers fill chunk c + 1 while consumers read chunk c, then everybody meets. Correct, and
                 the same dependencies as ``pair`` with two stages (r5's ``handoff="rendezvous"``).
@@ -24,8 +29,9 @@ and 8 chunks, so that the tools' verdict on each can be read on its own::
                 reads the others', ``bar.sync 5, 64``: r5's barrier between P1 and P2. Correct.
     cons_bug    the same without the second consumer barrier (the next chunk's writes race the reads). A race.
 
-r5's ``handoff="pair"`` is still flagged by racecheck in 4 of 5 runs where ``pair_na`` is clean (r5's docstring). To
-find which of r5's ingredients ``pair_na`` lacks, a pair kernel takes modifiers after ``+`` (``pair_na+cp+vec``)::
+r5's named-barrier pair was flagged by racecheck in 4 of 5 runs where ``pair_na`` (one block, 8 chunks) was clean.
+To find which of r5's ingredients ``pair_na`` lacked, a pair kernel takes modifiers after ``+``
+(``pair_na+cp+vec``)::
 
     cp          the producers fill the stage by ``cp.async`` (16 bytes a copy) and ``cp.async.wait_all`` before
                 their FULL arrive, as r5 stages K (r5 stages V through registers: ``STS.128``, as without ``cp``)
@@ -37,6 +43,16 @@ find which of r5's ingredients ``pair_na`` lacks, a pair kernel takes modifiers 
     plate       the producers wait ~4 us before their EMPTY sync: the consumers arrive first
 
 and ``--blocks`` / ``--chunks`` give more blocks and chunks (more hand-offs for a timing-dependent report).
+
+What it showed (H200, ``tools/h200.sh racecheck_matrix``, three processes per variant:
+``figures/data/probes/h200_racecheck_matrix_{84fb32f,fe4ef7a,0c9848f}.txt``): no ingredient is needed. ``pair_na``
+alone is flagged once there is more than one block or many chunks (1 block x 8 or 32 chunks: 0 of 6 runs; 1 x 256:
+2 of 3; 4 x 8: 3 of 3; 16 x 32 and 132 x 32: 3 of 3, thousands of hazards at one site), in both directions (the
+refill against the reads before it, the reads against the fill before them), whichever role comes first (clate,
+plate), and every answer is right, while ``pair_bug`` is wrong in every run. The arrive / sync pair is correct by
+the PTX memory model (an arrive synchronizes with a sync on the same barrier); racecheck does not order it at
+scale. ``rendezvous`` (132 x 32) and ``pair_mb`` (16 x 32, 132 x 32, 132 x 256, with every modifier): 0 hazards
+in every run. So r5's pair hand-off moved to mbarriers.
 
 Usage (on a GPU): ``compute-sanitizer --tool racecheck python3 tools/racecheck_probe.py --kernel pair`` (or
 ``--tool synccheck``; ``tools/h200.sh racecheck_probe`` runs every kernel under both); without the tool it only
@@ -50,9 +66,8 @@ import argparse
 import os
 import sys
 
-KERNELS = ("pair", "pair_bug", "pair_na", "rendezvous", "rendezvous_aligned", "rendezvous_block", "cons_named",
-           "cons_bug")
-GPU_ONLY = ("pair_mb",)  # mbarrier objects: no simulator twin
+KERNELS = ("pair", "pair_bug", "pair_na", "pair_mb", "rendezvous", "rendezvous_aligned", "rendezvous_block",
+           "cons_named", "cons_bug")
 MODIFIERS = ("cp", "vec", "inplace", "clate", "plate")  # of a pair kernel, after "+" (module docstring)
 LAG_NS = 4000  # clate / plate: how long one role dawdles before the EMPTY hand-off
 NCONS, NPROD, STAGE, NCHUNK = 64, 32, 256, 8
@@ -61,73 +76,11 @@ RING, CBUF = 2 * STAGE, 4 * NCONS  # shared array sizes (constants: Numba types 
 FULL, EMPTY, CONS = 1, 3, 5  # r5's barrier ids
 
 
-def _mbarrier_intrinsics():
-    """``mb_init(bars, i, count)``, ``mb_arrive(bars, i)``, ``mb_test(bars, i, parity)`` on the int64 shared array
-    ``bars``: PTX ``mbarrier`` objects (sm_90 forms; arrive is a release, try_wait an acquire, both .cta)."""
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda import cgutils
-    from numba.cuda.extending import intrinsic
-
-    i32 = ir.IntType(32)
-
-    def addr(context, builder, aryty, ary_val, ity, i_val):
-        ary = context.make_array(aryty)(context, builder, ary_val)
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [context.cast(builder, i_val, ity, types.intp)],
-                                       wraparound=False)
-        sptr = builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, addrspace=3))
-        return builder.ptrtoint(sptr, i32)
-
-    @intrinsic
-    def mb_init(typingctx, bars, i, count):
-        sig = types.void(bars, i, count)
-
-        def codegen(context, builder, sig, args):
-            a = addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            n = context.cast(builder, args[2], sig.args[2], types.int32)
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32, i32]),
-                               "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}", side_effect=True)
-            builder.call(asm, [a, n])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    @intrinsic
-    def mb_arrive(typingctx, bars, i):
-        sig = types.void(bars, i)
-
-        def codegen(context, builder, sig, args):
-            a = addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32]),
-                               "mbarrier.arrive.release.cta.shared::cta.b64 _, [$0];", "r,~{memory}",
-                               side_effect=True)
-            builder.call(asm, [a])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    @intrinsic
-    def mb_test(typingctx, bars, i, parity):
-        sig = types.int32(bars, i, parity)
-
-        def codegen(context, builder, sig, args):
-            a = addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
-            ph = context.cast(builder, args[2], sig.args[2], types.int32)
-            asm = ir.InlineAsm(ir.FunctionType(i32, [i32, i32]),
-                               "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [$1], $2; "
-                               "selp.u32 $0, 1, 0, p; }", "=r,r,r,~{memory}", side_effect=True)
-            return builder.call(asm, [a, ph])
-
-        return sig, codegen
-
-    return mb_init, mb_arrive, mb_test
-
-
 def parse(name):
     """``"pair_na+cp+vec"`` -> ``("pair_na", {"cp", "vec"})``; a ValueError for an unknown kernel or modifier."""
     base, *mods = name.split("+")
-    if base not in KERNELS + GPU_ONLY:
-        raise ValueError(f"unknown kernel {base!r}; one of {KERNELS + GPU_ONLY}")
+    if base not in KERNELS:
+        raise ValueError(f"unknown kernel {base!r}; one of {KERNELS}")
     bad = [m for m in mods if m not in MODIFIERS]
     if bad or (mods and not base.startswith("pair")):
         raise ValueError(f"modifiers {MODIFIERS} go with a pair kernel only; got {name!r}")
@@ -138,10 +91,11 @@ def build(name, nchunk=NCHUNK):
     """The kernel ``name``: ``k[nblocks, NTOT](x, out)`` with x [nchunk * STAGE] float32, out [nblocks * NCONS]
     float32 (every block reads the same x)."""
     # module globals, not closure cells: the simulator swaps the kernel's global ``cuda`` for its own
-    global cuda, float32, int64, cp_async16, cp_async_wait_all, ld4, mb_init, mb_arrive, mb_test
+    global cuda, float32, int64, cp_async16, cp_async_wait_all, ld4, mb_init, mb_arrive, mb_wait
     from numba import config, cuda, float32, int64
 
-    from linattn_numba.rungs.r5_warp_roles import bar_arrive, bar_sync, barrier_arrive, barrier_sync
+    from linattn_numba.rungs.r5_warp_roles import (bar_arrive, bar_sync, barrier_arrive, barrier_sync, mb_arrive,
+                                                   mb_init, mb_wait)
     from linattn_numba.vec import cp_async16, cp_async_wait_all, ld4
 
     name, mods = parse(name)
@@ -152,11 +106,7 @@ def build(name, nchunk=NCHUNK):
     SLEEP = not config.ENABLE_CUDASIM  # the simulator has no nanosleep, and its order does not depend on timing
     # booleans and device functions chosen here, not string tests inside the kernels (a string method would be
     # compiled as a device function)
-    mb = name == "pair_mb"  # the pair hand-off on mbarrier objects instead of named barriers
-    if mb:
-        if config.ENABLE_CUDASIM:
-            raise ValueError("pair_mb runs on a GPU only (the simulator has no mbarrier objects)")
-        mb_init, mb_arrive, mb_test = _mbarrier_intrinsics()
+    mb = name == "pair_mb"  # the pair hand-off on mbarrier objects instead of named barriers (r5's since 2026-12-04)
     pair = name in ("pair", "pair_bug", "pair_na", "pair_mb")
     late = name == "pair_bug"  # waits on EMPTY after the refill instead of before it
     block = name == "rendezvous_block"
@@ -182,8 +132,7 @@ def build(name, nchunk=NCHUNK):
                     cuda.nanosleep(LAG_NS)  # one sleep may end early (the PTX ISA gives [0, 2 t]): two
                     cuda.nanosleep(LAG_NS)
                 if mb and c >= 2:
-                    while mb_test(bars, 2 + s, (c // 2 - 1) % 2) == 0:  # phase c // 2 - 1 of EMPTY(s)
-                        pass
+                    mb_wait(bars, 2 + s, (c // 2 - 1) % 2)  # completion c // 2 - 1 of EMPTY(s)
                 elif pair and not late and c >= 2:
                     wait(EMPTY + s, NTOT)  # the consumers are done with chunk c - 2
                 if cp:
@@ -210,8 +159,7 @@ def build(name, nchunk=NCHUNK):
             if block:
                 cuda.syncthreads()
             elif mb:
-                while mb_test(bars, s, (c // 2) % 2) == 0:  # phase c // 2 of FULL(s): chunk c staged
-                    pass
+                mb_wait(bars, s, (c // 2) % 2)  # completion c // 2 of FULL(s): chunk c staged
             elif pair:
                 wait(FULL + s, NTOT)
             else:

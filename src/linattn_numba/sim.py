@@ -54,7 +54,8 @@ What is fixed, and why
    (``shape=0``) is unchanged: every such array views the same launch-sized buffer.
 4. **A shared-memory race check** (added, not fixed): inside ``with sim.racecheck():`` (or with
    ``LINATTN_SIM_RACECHECK=1``) every element read and write of a shared array is checked against the
-   happens-before order that ``syncthreads``, named barriers and warp collectives establish (vector clocks, as
+   happens-before order that ``syncthreads``, named barriers, mbarrier phases and warp collectives establish
+   (vector clocks, as
    in the FastTrack race detector), and a launch with two unordered accesses to one address, one a write,
    raises :class:`SharedMemoryRace` naming both source lines. It catches a missing barrier whether or not this
    run's interleaving exposed it, and it models ``bar.arrive`` / ``bar.sync`` producer-consumer hand-offs
@@ -99,6 +100,14 @@ Semantics chosen
   that wait in ``bar_sync``; ``bar_arrive`` counts and goes on. Each id is a separate round, independent of
   ``syncthreads``; a thread that returns does not count as arrived (the count is explicit), so a named barrier
   whose count is never reached is reported as a deadlock. Arrivals with different counts in one round raise.
+* **mbarrier objects** (PTX ``mbarrier.init`` / ``mbarrier.arrive`` / ``mbarrier.try_wait.parity`` on an int64
+  element of a shared array, which kernels emit through inline-PTX intrinsics) are simulated by
+  :func:`mb_init`, :func:`mb_arrive` and :func:`mb_wait`: a barrier initialised with ``count`` completes its
+  current phase at the ``count``-th arrival and starts the next one; ``mb_wait(bars, i, parity)`` returns once
+  the most recent phase of that parity has completed (at once if it has: the current phase has the other parity),
+  as a loop on ``try_wait.parity`` does on hardware. Arrive releases (the arriving thread's accesses so far), a
+  wait that returns acquires the completed phase. Using an mbarrier that was never initialised raises; a wait
+  that can never return is reported as a deadlock.
 * **Wrong usage raises** instead of hanging or giving a silently wrong answer: a lane calling a collective
   with a ``mask`` that does not include its own lane (undefined on hardware) raises ``ValueError``; lanes of
   one mask calling different collectives in the same round (e.g. one ``shfl_sync``, another
@@ -511,6 +520,22 @@ class _RaceDetector:
             self.named[bar_id] = self.vc[tid].copy() if acc is None else np.maximum(acc, self.vc[tid])
             self.vc[tid, tid] += 1
 
+    def release(self, acc, tid):
+        """Thread ``tid`` releases its accesses so far into ``acc`` (an mbarrier phase's joined clock, or None);
+        returns the new joined clock."""
+        with self.lock:
+            out = self.vc[tid].copy() if acc is None else np.maximum(acc, self.vc[tid])
+            self.vc[tid, tid] += 1
+            return out
+
+    def acquire(self, clock, tid):
+        """Thread ``tid`` acquires ``clock`` (a completed mbarrier phase's joined clock)."""
+        if clock is None:
+            return
+        with self.lock:
+            self.vc[tid] = np.maximum(self.vc[tid], clock)
+            self.vc[tid, tid] += 1
+
     def complete(self, bar_id, waiters):
         """The round of named barrier ``bar_id`` completed: the threads that waited in it acquire the round."""
         with self.lock:
@@ -563,6 +588,20 @@ class _Warp:
         # only its existing lanes set, so collectives never wait for lanes that do not exist.
         self.alive = (1 << nlanes) - 1
         self.groups = {}  # mask -> _WarpGroup
+
+
+class _MBarrier:
+    """One simulated mbarrier object: expected arrivals per phase, arrivals still pending in the current phase,
+    completed phases, the threads waiting (with the parity they wait for), and for the race check the joined clock
+    of the current phase's arrivals and that of the last completed phase."""
+
+    __slots__ = ("count", "pending", "phase", "waiters", "acc", "done_clock")
+
+    def __init__(self, count):
+        self.count = self.pending = count
+        self.phase = 0
+        self.waiters = []
+        self.acc = self.done_clock = None
 
 
 class _SimThread(threading.Thread):
@@ -667,6 +706,8 @@ class _SimBlock:
         self._bar_result = (0, 0)
         # Named barriers: id -> [count of the current round, arrivals, waiters].
         self._named = {}
+        # mbarrier objects: shared address -> _MBarrier.
+        self._mbar = {}
         self._warps = [_Warp(w, min(WARP_SIZE, n - w * WARP_SIZE)) for w in range(-(-n // WARP_SIZE))]
         self._bar_party = []  # thread ids that arrived at the current syncthreads round (race check)
         self._race = _RaceDetector(n) if _racecheck_on() else None
@@ -783,6 +824,60 @@ class _SimBlock:
             self._enqueue(thread, rnd[2], f"bar.sync {bar_id}, {count}")
         self._sleep(thread)
 
+    def _mbarrier(self, key, op):
+        mb = self._mbar.get(key)
+        if mb is None:
+            raise RuntimeError(f"{op} on an mbarrier (shared address 0x{key:x}) that was never initialised "
+                               "(mbarrier.init): undefined behaviour on hardware")
+        return mb
+
+    def _mb_init(self, thread, key, count):
+        count = int(count)
+        if count < 1:
+            raise ValueError(f"mbarrier.init: the expected arrival count must be positive, got {count}")
+        with self._lock:
+            if self._aborted:
+                raise _BlockAborted
+            old = self._mbar.get(key)
+            if old is not None and old.waiters:
+                raise RuntimeError("mbarrier.init on an mbarrier that threads wait on (undefined behaviour)")
+            self._mbar[key] = _MBarrier(count)
+
+    def _mb_arrive(self, thread, key):
+        with self._lock:
+            if self._aborted:
+                raise _BlockAborted
+            mb = self._mbarrier(key, "mbarrier.arrive")
+            if self._race is not None:
+                mb.acc = self._race.release(mb.acc, thread.thread_id)
+            mb.pending -= 1
+            if mb.pending:
+                return
+            # the phase completes: its joined clock is what a wait on it acquires; the next phase starts
+            mb.done_clock, mb.acc = mb.acc, None
+            mb.phase += 1
+            mb.pending = mb.count
+            ready = [t for t, par in mb.waiters if (mb.phase & 1) != par]
+            mb.waiters = [(t, par) for t, par in mb.waiters if (mb.phase & 1) == par]
+            if self._race is not None:
+                for t in ready:
+                    self._race.acquire(mb.done_clock, t.thread_id)
+            self._release(ready)
+
+    def _mb_wait(self, thread, key, parity):
+        parity = int(parity) & 1
+        with self._lock:
+            if self._aborted:
+                raise _BlockAborted
+            mb = self._mbarrier(key, "mbarrier.try_wait.parity")
+            if (mb.phase & 1) != parity:  # the most recent phase of this parity has completed
+                if self._race is not None:
+                    self._race.acquire(mb.done_clock, thread.thread_id)
+                return
+            mb.waiters.append((thread, parity))
+            self._enqueue(thread, [], f"mbarrier.try_wait.parity (0x{key:x}, parity {parity})")
+        self._sleep(thread)
+
     def _collective(self, thread, kind, mask, value):
         """Warp rendezvous among the live lanes of ``mask``; returns the round's {lane: value} snapshot."""
         mask = int(mask) & FULL_MASK
@@ -882,6 +977,9 @@ class _SimBlock:
             for rnd in self._named.values():
                 waiters += rnd[2]
                 rnd[2] = []
+            for mb in self._mbar.values():
+                waiters += [t for t, _ in mb.waiters]
+                mb.waiters = []
             for warp in self._warps:
                 for g in warp.groups.values():
                     waiters += g.waiters
@@ -912,6 +1010,35 @@ def bar_arrive(barrier, count):
     """Simulator version of PTX ``bar.arrive barrier, count``: counts this thread's arrival, does not wait."""
     t = _current_thread()
     t._manager._named_barrier(t, barrier, count, False)
+
+
+def _mb_key(bars, i):
+    """The shared address of ``bars[i]`` (an mbarrier object: an int64 element of a shared array)."""
+    if bars.dtype.itemsize != 8 or bars.ndim != 1:
+        raise TypeError(f"an mbarrier is an 8-byte element of a 1-d shared array, got {bars.dtype} {bars.shape}")
+    i = int(i)
+    if not 0 <= i < bars.shape[0]:
+        raise IndexError(f"mbarrier index {i} outside the array of {bars.shape[0]}")
+    return bars.__array_interface__["data"][0] + i * bars.strides[0]
+
+
+def mb_init(bars, i, count):
+    """Simulator version of PTX ``mbarrier.init [bars + 8 i], count`` (see "mbarrier objects")."""
+    t = _current_thread()
+    t._manager._mb_init(t, _mb_key(bars, i), count)
+
+
+def mb_arrive(bars, i):
+    """Simulator version of PTX ``mbarrier.arrive.release.cta [bars + 8 i]``: counts one arrival, does not wait."""
+    t = _current_thread()
+    t._manager._mb_arrive(t, _mb_key(bars, i))
+
+
+def mb_wait(bars, i, parity):
+    """Simulator version of a loop on PTX ``mbarrier.try_wait.parity.acquire.cta [bars + 8 i], parity``: returns
+    once the most recent phase of that parity has completed."""
+    t = _current_thread()
+    t._manager._mb_wait(t, _mb_key(bars, i), parity)
 
 
 def _to_int32(bits: int):

@@ -223,7 +223,7 @@ import functools
 import math
 
 import numpy as np
-from numba import config, cuda, float32, types
+from numba import config, cuda, float32, int64, types
 
 from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
 from ..reference import RECURRENCES
@@ -240,16 +240,18 @@ DEFAULT_CHUNK = r3.DEFAULT_CHUNK
 BV_DEFAULT = 32  # value-tile width of the state kernel: at C = 64 two stages of it fill the 227 KB of shared memory
 SMEM_MAX = 227 * 1024  # the most dynamic shared memory one block may opt in to on the H200
 
-# named barriers (0 is __syncthreads): FULL + s "stage s is staged", EMPTY + s "stage s is free again",
-# CONS "the consumer warps among themselves", PROD "the producer warps among themselves"
-BAR_FULL = 1
-BAR_EMPTY = 3
+# named barriers (0 is __syncthreads): CONS "the consumer warps among themselves", PROD "the producer warps among
+# themselves", MEET the rendezvous hand-off (every thread of the block, once per chunk)
+BAR_MEET = 1
 BAR_CONS = 5
 BAR_PROD = 6
-BAR_MEET = 1  # the rendezvous hand-off: every thread of the block, once per chunk (FULL's id: the pair is not used)
-# how the two roles hand the stages over: "pair" (FULL / EMPTY named barriers, producers arrive / consumers wait and
-# the reverse) or "rendezvous" (one barrier of the whole block per chunk); the same dependencies with two stages
-# (docstring, "Hand-offs"); the rendezvous measured 0.3-1.3 % faster
+# the pair hand-off's mbarrier objects (indices into the kernel's int64 shared array of 4): FULL + s "stage s is
+# staged" (NPT arrivals a phase: every producer), EMPTY + s "stage s is free again" (NCT: every consumer)
+MB_FULL = 0
+MB_EMPTY = 2
+# how the two roles hand the stages over: "pair" (FULL / EMPTY mbarriers, producers arrive / consumers wait and
+# the reverse) or "rendezvous" (one named barrier of the whole block per chunk); the same dependencies with two
+# stages (docstring, "Hand-offs"); the rendezvous measured faster
 HANDOFFS = ("pair", "rendezvous")
 HANDOFF = "rendezvous"
 
@@ -258,7 +260,7 @@ HANDOFF = "rendezvous"
 # intrinsics: named barriers and asynchronous copies (inline PTX)
 # ----------------------------------------------------------------------------------------------------------
 if config.ENABLE_CUDASIM:
-    from ..sim import bar_arrive, bar_sync
+    from ..sim import bar_arrive, bar_sync, mb_arrive, mb_init, mb_wait
 
     barrier_sync, barrier_arrive = bar_sync, bar_arrive  # the simulator has no notion of aligned barriers
 else:
@@ -300,6 +302,58 @@ else:
     barrier ``id`` from different instructions."""
     barrier_arrive = intrinsic(_bar("barrier.arrive"))
     barrier_arrive.__doc__ = """``barrier.arrive id, count`` (not ``.aligned``): as :func:`bar_arrive`."""
+
+    def _mb_addr(context, builder, aryty, ary_val, ity, i_val):
+        """The 32-bit shared-space address of ``bars[i]`` (what the mbarrier instructions take)."""
+        ary = context.make_array(aryty)(context, builder, ary_val)
+        i = context.cast(builder, i_val, ity, types.intp)
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [i], wraparound=False)
+        sptr = builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, addrspace=3))
+        return builder.ptrtoint(sptr, ir.IntType(32))
+
+    def _mb(text, nargs, doc):
+        """An intrinsic ``f(bars, i[, x])`` emitting ``text`` with $0 the address of ``bars[i]`` (an int64 of a
+        shared array) and $1 the 32-bit ``x``."""
+
+        def typer(typingctx, bars, i, *rest):
+            if len(rest) != nargs - 2 or not isinstance(bars, types.Array) or bars.dtype != types.int64:
+                return None
+            sig = types.void(bars, i, *rest)
+
+            def codegen(context, builder, sig, args):
+                i32 = ir.IntType(32)
+                ops = [_mb_addr(context, builder, sig.args[0], args[0], sig.args[1], args[1])]
+                ops += [context.cast(builder, a, t, types.int32) for a, t in zip(args[2:], sig.args[2:])]
+                fnty = ir.FunctionType(ir.VoidType(), [i32] * len(ops))
+                cons = ",".join(["r"] * len(ops)) + ",~{memory}"
+                builder.call(ir.InlineAsm(fnty, text, cons, side_effect=True), ops)
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        if nargs == 2:
+            def f(typingctx, bars, i):
+                return typer(typingctx, bars, i)
+        else:
+            def f(typingctx, bars, i, x):
+                return typer(typingctx, bars, i, x)
+        f.__doc__ = doc
+        return intrinsic(f)
+
+    mb_init = _mb("mbarrier.init.shared::cta.b64 [$0], $1;", 3,
+                  """``mbarrier.init [bars + 8 i], count``: an mbarrier object whose phases complete at ``count``
+                  arrivals (one thread initialises it; a ``syncthreads`` before anybody else uses it).""")
+    mb_arrive = _mb("mbarrier.arrive.release.cta.shared::cta.b64 _, [$0];", 2,
+                    """``mbarrier.arrive.release.cta [bars + 8 i]``: count this thread's arrival in the current
+                    phase (a release: this thread's accesses so far are ordered before a wait that sees the phase
+                    complete) and go on.""")
+    # a loop on try_wait (it may return false after a hardware-chosen time); the labels are local to the braces,
+    # so the asm can be inlined many times (the form CUTLASS's barrier wait uses)
+    mb_wait = _mb("{ .reg .pred p; MB_WAIT: mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [$0], $1; "
+                  "@!p bra MB_WAIT; }", 3,
+                  """Wait until the most recent phase of parity ``parity`` of ``bars[i]`` has completed (an
+                  acquire): phase k of a barrier has parity k % 2, so a role that waits for the k-th completion
+                  passes ``k % 2``.""")
 
 
 
@@ -377,11 +431,16 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair):
         V = v.shape[3]
         NC = (T + C - 1) // C
         sm = cuda.shared.array(0, float32)
+        bars = cuda.shared.array(4, int64)  # pair: the FULL and EMPTY mbarriers of the two stages
         bh = cuda.blockIdx.y
         b = bh // H
         h = bh % H
         v0 = cuda.blockIdx.x * BV
         tid = cuda.threadIdx.x
+        if pair:
+            if tid < 4:
+                mb_init(bars, tid, NPT if tid < MB_EMPTY else NCT)
+            cuda.syncthreads()  # initialised before any role arrives or waits (every thread, one instruction)
 
         if tid >= NCT:
             # ---------------- producer warps ----------------
@@ -389,7 +448,8 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair):
             for c in range(NC):
                 s = c % 2
                 if pair and c >= 2:
-                    barrier_sync(BAR_EMPTY + s, NTOT)  # the consumers are done with chunk c - 2 in stage s
+                    # the consumers are done with chunk c - 2 in stage s: EMPTY(s)'s completion number c // 2 - 1
+                    mb_wait(bars, MB_EMPTY + s, (c // 2 - 1) % 2)
                 base = s * STAGE
                 t0 = c * C
                 n = min(C, T - t0)
@@ -431,7 +491,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair):
                     _stage_input(sm, base + K_OFF, KP, k, b, h, t0, n, K, 0, C, KP, ptid, NPT, False, 0)
                 cp_async_wait_all()  # this thread's copies have landed ...
                 if pair:
-                    barrier_arrive(BAR_FULL + s, NTOT)  # ... then: stage s holds chunk c (release: every store above)
+                    mb_arrive(bars, MB_FULL + s)  # ... then: stage s holds chunk c (a release: every store above)
                 else:
                     # ... then meet the consumers: stage s holds chunk c, and they are done with chunk c - 1 (in the
                     # other stage, which this loop refills next). The two roles reach it from different code: a
@@ -459,11 +519,13 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair):
             if NT1 > 0 and own:
                 for i in range(4):
                     st4(sm, O_S + (rg * 4 + i) * BV + cg * 4, (S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]))
-            # stage s staged; also orders the S stores above before every consumer's P1 (all consumers take part)
             if pair:
-                barrier_sync(BAR_FULL + s, NTOT)
+                if NT1 > 0:
+                    bar_sync(BAR_CONS, NCT)  # the S stores above before any consumer's P1 reads them
+                mb_wait(bars, MB_FULL + s, (c // 2) % 2)  # stage s staged: FULL(s)'s completion number c // 2
             else:
-                barrier_sync(BAR_MEET, NTOT)  # the producers' barrier after staging chunk c
+                # stage s staged; also orders the S stores above before every consumer's P1 (all threads take part)
+                barrier_sync(BAR_MEET, NTOT)
 
             # -- P1: X = rows @ S; delta rows -> V_new (in the stage, in place of U), output rows -> o --
             for tile in range(tid, NT1, NCT):
@@ -512,7 +574,7 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair):
                         for j in range(4):
                             S[4 * i + j] += x[i] * y[j]
             if pair and c + 2 < NC:
-                barrier_arrive(BAR_EMPTY + s, NTOT)  # stage s may be refilled (with chunk c + 2)
+                mb_arrive(bars, MB_EMPTY + s)  # stage s may be refilled (with chunk c + 2)
         if has_ht and own:
             for i in range(4):
                 for j in range(4):
@@ -560,9 +622,10 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     has_g, delta, out = g is not None, beta is not None, o is not None
     f4 = np.dtype(np.float32).itemsize
     smem_b = _state_layout(C, KP, BV, has_g, delta, out)[-1] * f4
-    if smem_b > SMEM_MAX:
-        raise ValueError(f"rung {NAME!r}: two stages of C={C}, K={K}, value tile {BV} need {smem_b} bytes of "
-                         f"shared memory, more than {SMEM_MAX}; use a smaller chunk or value tile")
+    mb_b = 4 * 8 if handoff == "pair" else 0  # the pair's static mbarrier array, in the same per-block limit
+    if smem_b + mb_b > SMEM_MAX:
+        raise ValueError(f"rung {NAME!r}: two stages of C={C}, K={K}, value tile {BV} need {smem_b + mb_b} bytes "
+                         f"of shared memory, more than {SMEM_MAX}; use a smaller chunk or value tile")
     BH = B * H
     if BH == 0 or V == 0:
         return []
