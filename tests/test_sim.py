@@ -532,6 +532,79 @@ def test_named_barrier_wrong_usage_raises():
         never_reached[1, 32]()
 
 
+@cuda.jit
+def mbarrier_ring_kernel(out, rounds):
+    # One producer warp, one consumer warp, a two-stage ring handed over by mbarriers: FULL(s) = bars[s] (32
+    # producer arrivals a phase), EMPTY(s) = bars[2 + s] (32 consumer arrivals). Round r uses phase r // 2 of its
+    # stage's barriers, so the parity waited for wraps around after 4 rounds.
+    buf = cuda.shared.array((2, 32), int32)
+    bars = cuda.shared.array(4, np.int64)
+    tid = cuda.threadIdx.x
+    lane = tid % 32
+    if tid < 4:
+        sim.mb_init(bars, tid, 32)
+    cuda.syncthreads()
+    if tid >= 32:
+        for r in range(rounds):
+            s = r % 2
+            if r >= 2:
+                sim.mb_wait(bars, 2 + s, (r // 2 - 1) % 2)
+            buf[s, lane] = 100 * r + lane
+            sim.mb_arrive(bars, s)
+        return
+    for r in range(rounds):
+        s = r % 2
+        sim.mb_wait(bars, s, (r // 2) % 2)
+        time.sleep(0.001 * (lane % 3))  # slow readers: a producer that did not wait for EMPTY overwrites
+        out[r, lane] = buf[s, lane]
+        if r + 2 < rounds:
+            sim.mb_arrive(bars, 2 + s)
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 7])
+def test_mbarriers_hand_over_a_double_buffer(rounds):
+    out = np.zeros((rounds, 32), np.int64)
+    with sim.racecheck():
+        mbarrier_ring_kernel[1, 64](out, rounds)
+    np.testing.assert_array_equal(out, 100 * np.arange(rounds)[:, None] + np.arange(32)[None, :])
+
+
+def test_mbarrier_parity_and_wrong_usage():
+    @cuda.jit
+    def phases(out):
+        bars = cuda.shared.array(1, np.int64)
+        t = cuda.threadIdx.x
+        if t == 0:
+            sim.mb_init(bars, 0, 2)
+        cuda.syncthreads()
+        sim.mb_wait(bars, 0, 1)  # phase "-1" (parity 1) counts as completed: returns at once, as try_wait does
+        sim.mb_arrive(bars, 0)
+        sim.mb_wait(bars, 0, 0)  # phase 0 completes with both arrivals
+        out[t] = 1
+
+    @cuda.jit
+    def uninitialised():
+        bars = cuda.shared.array(1, np.int64)
+        sim.mb_arrive(bars, 0)
+
+    @cuda.jit
+    def too_few_arrivals():
+        bars = cuda.shared.array(1, np.int64)
+        if cuda.threadIdx.x == 0:
+            sim.mb_init(bars, 0, 64)  # expects 64 arrivals a phase; only 32 threads exist
+        cuda.syncthreads()
+        sim.mb_arrive(bars, 0)
+        sim.mb_wait(bars, 0, 0)
+
+    out = np.zeros(2, np.int64)
+    phases[1, 2](out)
+    assert out.tolist() == [1, 1]
+    with pytest.raises(RuntimeError, match="never initialised"):
+        uninitialised[1, 32]()
+    with pytest.raises(RuntimeError, match=r"deadlock.*mbarrier\.try_wait\.parity"):
+        too_few_arrivals[1, 32]()
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Shared memory
 # ---------------------------------------------------------------------------------------------------------

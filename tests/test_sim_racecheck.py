@@ -88,6 +88,50 @@ def test_named_barrier_handoff(arrive):
                 _handoff_kernel(False)[1, 64](out)
 
 
+def _mbarrier_refill_kernel(wait_empty):
+    """The refill of one buffer handed over by mbarriers: FULL = bars[0] (the producers arrive after the first
+    fill, the consumers wait and read), EMPTY = bars[1] (the consumers arrive after reading; the producers wait on
+    it before the refill, or not: then the refill races the reads).
+
+    (The racy twin refills without a second FULL arrive: with one, producers that lap the consumers would complete
+    FULL's next phase too and leave the consumers' parity wait waiting forever, the hang it would be on hardware.)"""
+
+    @cuda.jit
+    def k(out):
+        sm = cuda.shared.array(32, float32)
+        bars = cuda.shared.array(2, np.int64)
+        t = cuda.threadIdx.x
+        if t < 2:
+            sim.mb_init(bars, t, 32)
+        cuda.syncthreads()
+        if t >= 32:
+            sm[t - 32] = float32(t)
+            sim.mb_arrive(bars, 0)
+            if wait_empty:
+                sim.mb_wait(bars, 1, 0)
+            sm[t - 32] = float32(-1.0)
+            return
+        sim.mb_wait(bars, 0, 0)
+        out[t] = sm[31 - t]
+        sim.mb_arrive(bars, 1)
+
+    return k
+
+
+@pytest.mark.parametrize("wait_empty", [False, True])
+def test_mbarrier_handoff(wait_empty):
+    """An mbarrier arrive releases and a wait that sees the phase complete acquires: ordered with the EMPTY wait,
+    a race without it (whatever this run's interleaving)."""
+    out = np.zeros(32, np.float32)
+    with sim.racecheck():
+        if wait_empty:
+            _mbarrier_refill_kernel(True)[1, 64](out)
+            assert np.array_equal(out, (32 + 31 - np.arange(32)).astype(np.float32))
+        else:
+            with pytest.raises(sim.SharedMemoryRace):
+                _mbarrier_refill_kernel(False)[1, 64](out)
+
+
 def _refill_kernel(wait_empty):
     """Double use of one buffer: the producer refills it after the consumer read it, ordered by an EMPTY barrier
     (or not). The producer arrives at FULL after each fill; the consumer arrives at EMPTY after reading."""

@@ -286,7 +286,7 @@ from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs 
       grep -c "exit status 0" "$out/h200_sanitize_par_$sha.txt"
       grep "exit status [^0]" "$out/h200_sanitize_par_$sha.txt" && rc=1;;
     racecheck_probe)
-      for k in pair pair_bug pair_na rendezvous rendezvous_aligned rendezvous_block cons_named cons_bug; do
+      for k in pair pair_bug pair_na pair_mb rendezvous rendezvous_aligned rendezvous_block cons_named cons_bug; do
         for tool in racecheck synccheck; do
           (echo "== $tool $k"; timeout 200 compute-sanitizer --tool "$tool" --print-limit 8 \
             python3 tools/racecheck_probe.py --kernel "$k" 2>&1 | grep -v "NumbaPerformanceWarning\|warn(errors" \

@@ -1,6 +1,6 @@
 """Rung r5, ``warp_roles``: r3's two kernels with the sequential one warp-specialised. Producer warps copy
 the next chunk into one half of a double buffer in shared memory while consumer warps compute the current one,
-and named barriers hand the halves back and forth.
+and barriers hand the halves back and forth (a named barrier of the whole block, or mbarrier objects).
 
 What changed from r3, and why
 -----------------------------
@@ -21,7 +21,7 @@ FMA units idle, and the second resident block covers only part of that time. Her
   copies in flight at once), the value tile and the gates through registers (r3's staging loops). Then
   ``cp.async.wait_all`` and the hand-off.
 
-Roles over time with the FULL / EMPTY pairs (``handoff="pair"``; F_s, E_s: the FULL / EMPTY barriers of stage s;
+Roles over time with the FULL / EMPTY pairs (``handoff="pair"``; F_s, E_s: the FULL / EMPTY mbarriers of stage s;
 C: consumers only; ░ = waiting)::
 
     producers │copy c0→s0│F0│copy c1→s1│F1│░E0░░░░│copy c2→s0│F0│░E1░░░│copy c3→s1│F1│ ...
@@ -29,13 +29,25 @@ C: consumers only; ░ = waiting)::
                                (s0)          (s1)          (s0): F1 met at once when the copy of c1
                                                            took less time than P1 + P2 of c0
 
-``barrier.sync id, n`` waits until n threads have arrived at barrier id; ``barrier.arrive id, n`` counts the caller
-and goes on. Barrier 1 + s (FULL): the producers arrive once stage s holds chunk c, the consumers wait there; it
-also orders the consumers' own S stores before P1 (every consumer takes part). Barrier 3 + s (EMPTY): the
-consumers arrive when they are done with stage s (only when chunk c + 2 exists), the producers wait there
-before refilling it. Barrier 5: consumers only, between P1 and P2 (V_new complete, S no longer read).
-Barrier 6: producers only, for the additive recurrences with gates (f_t written before the V tile is scaled
-by it). The simulator runs them through :func:`linattn_numba.sim.bar_sync` / :func:`~linattn_numba.sim.bar_arrive`.
+The pair's barriers are **mbarrier objects**: four int64 words of shared memory (``bars``; thread 0 runs
+``mbarrier.init`` on each before a ``syncthreads`` that every thread reaches). An mbarrier counts arrivals
+(``mbarrier.arrive``, a release) and completes a *phase* when the count it was initialised with is reached; it then
+starts the next phase. ``mbarrier.try_wait.parity`` (an acquire, in a loop) waits until the most recent phase of
+the given parity has completed. FULL(s) (``MB_FULL + s``) expects the NPT producers: they arrive once stage s holds
+chunk c, which completes its phase c // 2, and the consumers wait for parity (c // 2) % 2. EMPTY(s)
+(``MB_EMPTY + s``) expects the NCT consumers: they arrive when they are done with stage s (only when chunk c + 2
+exists), and the producers wait for its phase c // 2 - 1 before refilling it with chunk c. Phases cannot be lapped
+(a role two phases ahead would pass a parity wait it should not), because FULL and EMPTY alternate: neither role can
+arrive twice on one barrier before the other has waited there. The consumers' S stores are ordered before P1 by
+their own barrier (``bar.sync 5``; the rendezvous orders them by its block barrier). Named barriers: 5, consumers
+only, after the S stores (the pair) and between P1 and P2 (V_new complete, S no longer read); 6, producers only,
+for the additive recurrences with gates (f_t written before the V tile is scaled by it); 1, the rendezvous below.
+The simulator runs them through :func:`linattn_numba.sim.bar_sync` / :func:`~linattn_numba.sim.bar_arrive` and
+:func:`~linattn_numba.sim.mb_init` / :func:`~linattn_numba.sim.mb_arrive` / :func:`~linattn_numba.sim.mb_wait`.
+
+The pair used named barriers until 2026-12-04 (``barrier.arrive`` / ``barrier.sync`` on ids 1 + s and 3 + s, the
+same protocol). compute-sanitizer's racecheck flagged that hand-off in 4 of 5 runs; the mbarriers are what made it
+clean ("Sanitizers" below).
 
 Hand-offs. With two stages the pair says no more than one meeting per chunk. The producers may refill a stage
 with chunk c + 1 once the consumers are done with chunk c - 1 (EMPTY); the consumers may start chunk c once it is
@@ -48,14 +60,17 @@ compute chunk c::
     consumers │░░░░░░░░░░│M│P1 c0│C│P2 c0│S│M│P1 c1│C│P2 c1│S│M│ ...     (S: the state tile stored for P1)
 
 The producers still run one chunk ahead; what the pair adds is room for a deeper ring (a producer two chunks
-ahead needs three stages, which do not fit next to S in 227 KB). Measured on the H200 (below) the rendezvous is
-0.3-1.3 % faster; the pair stays, as ``handoff="pair"``, for the general protocol and for comparison.
+ahead needs three stages, which do not fit next to S in 227 KB). Measured on the H200 the rendezvous is 0.6-1.8 %
+faster (B4 T8192 H16 K=V=128, per kernel, oracle-checked, ``figures/data/probes/h200_r5_handoff_1b4993b.json``:
+pair / rendezvous 2.607 / 2.574 ms plain, 2.674 / 2.643 decay, 4.078 / 4.054 delta, 4.184 / 4.137 gated delta; the
+named-barrier pair was 0.3-1.3 % slower, below); the pair stays, as ``handoff="pair"``, for the general protocol
+and for comparison.
 
 Aligned barriers. PTX's ``bar.sync`` and ``bar.arrive`` are ``barrier.sync.aligned`` and
-``barrier.arrive.aligned``: every thread that takes part executes the same barrier instruction. The roles reach
-FULL, EMPTY and the meeting barrier from their own code, so r5 uses the unaligned forms there
-(:func:`barrier_sync`, :func:`barrier_arrive`); barriers 5 and 6, each reached by one role from one place, keep
-the aligned ``bar.sync``. The sanitizers tell the two apart ("Sanitizers" below).
+``barrier.arrive.aligned``: every thread that takes part executes the same barrier instruction. The roles reach the
+rendezvous barrier from their own code, so r5 uses the unaligned form there (:func:`barrier_sync`); barriers 5 and
+6, each reached by one role from one place, keep the aligned ``bar.sync``. The sanitizers tell the two apart
+("Sanitizers" below).
 
 Thread map, grid ``(ceil(V / BV), B H)`` as r3, block ``NCT + NPT`` threads (384 at K = 128, BV = 32):
 
@@ -134,16 +149,17 @@ Since then r3's own state kernel caught up (its docstring, "What limits each ker
 chunk instead of a second time after P1, which r5's producers already did, and splits its additive P1 so that every
 thread has a tile. Both rungs also share r3's faster intra kernel. Bench at 33dedac
 (``figures/data/probes/h200_r3_33dedac.json``, one run): r3 / r5 2.544 / 2.674 ms (plain), 2.752 / 2.751 (decay),
-4.439 / 4.357 (delta), 4.671 / 4.439 (gated delta). So r5 is now 1.00-1.05x r3, and 5 % slower for plain. Warp specialisation
-still overlaps the staging (a quarter of r3's state-kernel time for the gated delta rule,
+4.439 / 4.357 (delta), 4.671 / 4.439 (gated delta). So r5 is now 1.00-1.05x r3, and 5 % slower for plain. Warp
+specialisation still overlaps the staging (a quarter of r3's state-kernel time for the gated delta rule,
 ``figures/data/probes/h200_ncu_phases_a1325d3.json``), but its 8 consumer warps issue the products more slowly
 than r3's 16 warps, and that eats most of what the overlap saves.
 
 Then r3's staging stopped being expensive: it was integer instructions more than memory latency (r3's docstring,
 "What limits each kernel": fixed-map stagers, the update four rows a step). What r5 hides behind its producers
 r3 now mostly does not spend. Bench (``figures/data/probes/h200_r3_585c771.json``,
-``figures/data/probes/h200_r5_9ed137f.json``, one session): r3 / r5 2.012 / 2.600 ms (plain), 2.150 / 2.669 (decay), 3.803 / 4.298 (delta), 3.979 / 4.379
-(gated delta): r5 is now 1.10-1.29x slower than r3. Its consumers still run r3's old update loop (one row per step):
+``figures/data/probes/h200_r5_9ed137f.json``, one session): r3 / r5 2.012 / 2.600 ms (plain), 2.150 / 2.669
+(decay), 3.803 / 4.298 (delta), 3.979 / 4.379 (gated delta): r5 is now 1.10-1.29x slower than r3. Its consumers
+still run r3's old update loop (one row per step):
 with r3's four-row loop and a fixed trip count, racecheck reported hazards in the pair hand-off
 (``figures/data/probes/h200_sanitize_par_585c771.txt``), not understood yet, so that change was taken back
 (``figures/data/h200_sanitize_par_9ed137f.txt``: clean). After r3's products took 8 steps of the inner dimension
@@ -160,9 +176,12 @@ Numerics: the same operations in the same order as r3's (fused) state kernel (in
 r3's bit for bit); only the schedule changed.
 
 Sanitizers (H200, ``tools/sanitize.py`` at B2 T300 H2 K64 V80, C = 64, both hand-offs, each (recurrence, tool)
-in a process of its own: ``figures/data/h200_sanitize_par_153e34f.txt``): memcheck, racecheck and synccheck
-reported nothing for the four recurrences, with either hand-off (but see the recheck at the end: racecheck flags
-the pair in some runs). Before the unaligned barriers they did not:
+in a process of its own). Now, with the pair on mbarriers (``figures/data/h200_sanitize_par_1b4993b.txt``):
+memcheck, racecheck and synccheck report nothing for the four recurrences with either hand-off, and racecheck on
+the pair (plain), five processes, 0 hazards in each (``figures/data/probes/h200_racecheck_matrix_1b4993b.txt``),
+where the named-barrier pair was flagged in 4 of 5. How it got there, oldest first. At 153e34f
+(``figures/data/h200_sanitize_par_153e34f.txt``) the three tools reported nothing (but see the recheck below:
+racecheck flagged the named-barrier pair in some runs). Before the unaligned barriers they did not:
 
 * racecheck reported hazards in the state kernel when the pair used the aligned ``bar.sync`` / ``bar.arrive``:
   thousands in ``h200_sanitize_r4_r5_7e7dfc7.txt``, 1 to 3 per recurrence at 63527bc
@@ -215,6 +234,18 @@ what racecheck does not see in this arrive / sync pair is still not known, and n
 found (the argument: a consumer arrives on EMPTY_s only after reading chunk c, the producers refill stage s only
 after their sync on EMPTY_s, and neither barrier can be met twice before the other side has passed it, because
 FULL_s lies between).
+
+Settled at 84fb32f .. 1b4993b (``tools/racecheck_probe.py``, ``tools/h200.sh racecheck_matrix``,
+``figures/data/probes/h200_racecheck_matrix_*.txt``). The probe's named-barrier pair (``pair_na``, clean at one
+block and 8 chunks) was run with r5's ingredients added one at a time (cp.async refill, 128-bit reads, the in-place
+rewrite, either role late) and at more blocks and chunks. No ingredient is needed: ``pair_na`` alone is flagged once
+there is more than one block or many chunks (4 x 8: 3 of 3 runs; 132 x 32: 3 of 3, thousands of hazards at one
+site), in both directions, whichever role comes first, with every answer right (its racy twin ``pair_bug`` is
+wrong in every run). The protocol is correct by the PTX memory model (an arrive synchronizes with a sync on the same
+barrier); racecheck does not order a named-barrier arrive / sync hand-off at scale. The same ring on mbarriers
+(``pair_mb``) gave 0 hazards in every run (16 x 32, 132 x 32, 132 x 256, every ingredient), and so does r5's pair
+on mbarriers. mbarriers are also the form Hopper's own pipelines use (they count transactions for TMA copies
+too), so the pair now teaches that.
 """
 
 from __future__ import annotations
