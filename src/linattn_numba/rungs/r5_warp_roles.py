@@ -288,7 +288,7 @@ HANDOFF = "rendezvous"
 
 
 # ----------------------------------------------------------------------------------------------------------
-# intrinsics: named barriers and asynchronous copies (inline PTX)
+# intrinsics: named barriers, mbarriers and asynchronous copies (inline PTX)
 # ----------------------------------------------------------------------------------------------------------
 if config.ENABLE_CUDASIM:
     from ..sim import bar_arrive, bar_sync, mb_arrive, mb_init, mb_wait
