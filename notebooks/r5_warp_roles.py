@@ -48,7 +48,7 @@ import tempfile  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from IPython.display import Code, Image, Markdown, display  # noqa: E402
-from numba import cuda, float32  # noqa: E402
+from numba import cuda, float32, int64  # noqa: E402
 
 import linattn_numba as la  # noqa: E402
 from linattn_numba import figures, ncu, reference, rungs, vec  # noqa: E402
@@ -218,7 +218,7 @@ MB_FULL, MB_EMPTY = r5.MB_FULL, r5.MB_EMPTY
 @cuda.jit
 def ring_mb(src, dst):
     buf = cuda.shared.array(64, float32)  # two stages of 32 floats
-    bars = cuda.shared.array(4, np.int64)  # FULL(0), FULL(1), EMPTY(0), EMPTY(1)
+    bars = cuda.shared.array(4, int64)  # FULL(0), FULL(1), EMPTY(0), EMPTY(1)
     tid = cuda.threadIdx.x
     lane = tid % 32
     n = src.shape[0] // 32
@@ -677,8 +677,9 @@ else:
     print(f"No ncu profile of {mod_name} in figures/data yet (tools/ncu_rungs.py --rungs {r5.NAME}).")
 
 # %% [markdown]
-# **What the sanitizers make of named barriers and mbarriers.** `compute-sanitizer` checks shared-memory races (racecheck) and the
-# use of barriers (synccheck) while the kernel runs. r5's first kernel used the aligned `bar.sync` / `bar.arrive` for
+# **What the sanitizers make of named barriers and mbarriers.** `compute-sanitizer` checks shared-memory races
+# (racecheck) and the use of barriers (synccheck) while the kernel runs. r5's first kernel used the aligned
+# `bar.sync` / `bar.arrive` for
 # FULL and EMPTY, which the two roles reach from their own code, and racecheck reported hazards there although the
 # simulator's happens-before check found every access ordered. `tools/racecheck_probe.py` takes the question apart:
 # tiny kernels (64 consumer and 32 producer threads, a two-stage ring) with a known answer, two of them with a real

@@ -236,7 +236,7 @@ def test_racecheck_probe_kernels_are_what_they_claim():
     rp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(rp)
     x = np.random.default_rng(0).standard_normal(rp.NCHUNK * rp.STAGE).astype(np.float32)
-    assert sum(n.endswith("_bug") for n in rp.KERNELS) == 2
+    assert sum(n.endswith("_bug") for n in rp.KERNELS) == 2 and "pair_mb" in rp.KERNELS
     for name in rp.KERNELS:
         out = np.full(rp.NCONS, np.nan, np.float32)
         with sim.racecheck():
@@ -246,3 +246,27 @@ def test_racecheck_probe_kernels_are_what_they_claim():
             else:
                 rp.build(name)[1, rp.NTOT](x, out)
                 np.testing.assert_allclose(out, rp.expected(name, x), rtol=1e-5, atol=1e-4, err_msg=name)
+
+
+def test_racecheck_probe_modifiers():
+    """The probe's r5 ingredients (cp.async refill, 128-bit reads, in-place rewrite, a late role) on the named and
+    the mbarrier pair, over 2 blocks and 5 chunks: ordered and right; with the late EMPTY wait, a race; unknown
+    kernels and modifiers rejected."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "racecheck_probe", Path(__file__).resolve().parent.parent / "tools" / "racecheck_probe.py")
+    rp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rp)
+    x = np.random.default_rng(1).standard_normal(5 * rp.STAGE).astype(np.float32)
+    for name in ("pair_na+cp+vec+inplace+clate", "pair_mb+cp+vec+inplace+plate", "pair_mb+vec"):
+        out = np.full(2 * rp.NCONS, np.nan, np.float32)
+        with sim.racecheck():
+            rp.build(name, 5)[2, rp.NTOT](x, out)
+        np.testing.assert_allclose(out, rp.expected(name, x, 2), rtol=1e-5, atol=1e-3, err_msg=name)
+    with sim.racecheck(), pytest.raises(sim.SharedMemoryRace):
+        rp.build("pair_bug+cp+inplace", 5)[1, rp.NTOT](x, np.zeros(rp.NCONS, np.float32))
+    for bad in ("pair_na+fast", "cons_named+cp", "ring"):
+        with pytest.raises(ValueError):
+            rp.parse(bad)
