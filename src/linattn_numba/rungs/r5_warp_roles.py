@@ -107,9 +107,10 @@ The 4 blocks of a head read the same rows (from L2 after the first), as in r3. P
 producers move 104 KB (delta rule with output) or 72 KB (additive with output).
 
 Registers (ptxas through nvJitLink 13.5 for sm_90; launch bounds 384 threads, 1 block per SM, so at most 168):
-132-168 with float32 inputs and output (the rendezvous with h0 and ht at the top, 164-168; the pair hand-off
-128-138), 110-122 state only, 96-162 with float16 inputs. No local memory, no spills. ptxas reserves all 16
-hardware barriers (the barrier ids are registers), harmless at one block per SM.
+132-168 with float32 inputs and output (the rendezvous with h0 and ht at the top, 164-168; the pair hand-off on
+mbarriers 134-142, on named barriers it was 128-138), 110-122 state only, 96-162 with float16 inputs. No local
+memory, no spills. ptxas reserves all 16 hardware barriers (the barrier ids are registers), harmless at one block
+per SM.
 
 Measured on the H200 (``linattn-numba bench --rungs shared,warp_roles --no-peers`` at B4 T8192 H16 K=V=128,
 fp32, both verified against the oracle first: ``figures/data/h200_r3_r5.json``, with r3 then at a value tile
