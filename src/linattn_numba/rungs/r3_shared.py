@@ -245,7 +245,7 @@ schedule computes it inside the sequential walk: one block of 512 threads per SM
 shape) issues both products. ``schedule="split"`` takes it out, as fla's chunk kernels do (and r6 on the tensor
 cores), at the price of a buffer of every chunk's starting state::
 
-    gates   grid (chunks, heads), C         bcum = in-chunk cumulative log-gates                     (decay only)
+    gates   (heads x chunks threads)        bcum = in-chunk cumulative log-gates                     (decay only)
     state   grid (V / BV, B H), 256         per chunk: hs[c] = S (4 128-bit stores a thread), then
             threads (:func:`_split_state_   S <- gamma_C S + K^T diag(gamma_C / gamma) V (P2 only; BV = 64 in
             kernel`)                        8 x 4 tiles, :func:`split_tile`: two blocks per SM, 128 blocks);
@@ -1491,45 +1491,33 @@ SPLIT_MAX_BYTES = 4 << 30  # the largest per-chunk state buffer (hs) the split s
 SPLIT_BV = None
 SPLIT_ROWS = None
 SPLIT_WIDE_BLOCKS = 96  # split_tile: 8 x 4 tiles of 64 value columns where they still make this many blocks
+GATES_THREADS = 128
 
 
 @functools.lru_cache(maxsize=None)
 def _gates_kernel(C):
     """bcum[bh, t] = b_t, the in-chunk cumulative log-gate (rows past T: b of the chunk's last token, as the intra
-    kernel writes it): the split schedule's state kernel needs b before any output kernel runs, and the intra kernel
-    would reserve ~100 KB of shared memory per block to do it.
-
-    One block of C threads per (chunk, head), grid ``(NC, B H)``: each thread loads one token's gate (0 past T)
-    into shared memory, then sums its own prefix from there in token order: the additions of a sequential scan in
-    its order, so the same bits. (It was one thread per (head, chunk) walking its C gates: C dependent round trips
-    to global memory, ~0.04 ms at the standard shape, a tenth of a chunk's walk; here the loads are one per thread
-    and all in flight at once, and the C-step prefix reads shared memory.)"""
+    kernel writes it), one thread per (head, chunk): the split schedule's state kernel needs b before any output
+    kernel runs, and the intra kernel would reserve ~100 KB of shared memory per block to do it."""
 
     def gates(g, bcum):
-        T, H = g.shape[1], g.shape[2]
-        sm = cuda.shared.array(C, float32)
-        t0 = cuda.blockIdx.x * C
-        bh = cuda.blockIdx.y
-        t = cuda.threadIdx.x
-        x = float32(0.0)
-        if t0 + t < T:
-            x = float32(g[bh // H, t0 + t, bh % H])
-        sm[t] = x
-        cuda.syncthreads()  # every gate of the chunk stored before any thread sums its prefix
-        acc = float32(0.0)
-        for j in range(t + 1):
-            acc += sm[j]
-        bcum[bh, t0 + t] = acc
+        B, T, H = g.shape
+        NC = (T + C - 1) // C
+        i = cuda.grid(1)
+        if i < B * H * NC:
+            bh = i // NC
+            c = i % NC
+            b = bh // H
+            h = bh % H
+            t0 = c * C
+            n = min(C, T - t0)
+            acc = float32(0.0)
+            for t in range(C):
+                if t < n:
+                    acc += float32(g[b, t0 + t, h])
+                bcum[bh, t0 + t] = acc
 
     return cuda.jit(gates)
-
-
-def gates_launch(g, bcum, C, stream):
-    """The launch of :func:`_gates_kernel` for ``g`` [B, T, H] into ``bcum`` [B H, NC C] (r3's and r6's split
-    schedules)."""
-    B, T, H = g.shape
-    kern = _gates_kernel(C)
-    return lambda: _launch(kern, (cdiv(T, C), B * H), C, 0, stream, (g, bcum))
 
 
 def split_fits(K, V, C, delta, out, vin) -> bool:
@@ -2431,7 +2419,9 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     d3 = or_dummy(None, 3)
     todo = []
     if has_g:
-        todo.append(("gates", gates_launch(g, bcum, C, stream)))
+        kern_g = _gates_kernel(C)
+        todo.append(("gates", lambda: _launch(kern_g, cdiv(BH * NC, GATES_THREADS), GATES_THREADS, 0, stream,
+                                              (g, bcum))))
     if STATE_KERNEL not in STATE_KERNELS:
         raise ValueError(f"rung {NAME!r}: STATE_KERNEL must be one of {STATE_KERNELS}, got {STATE_KERNEL!r}")
     if STATE_KERNEL == "pipelined" or has_x:  # only the pipelined kernel writes lg
