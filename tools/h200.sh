@@ -61,7 +61,7 @@
 #   next = r6_intra,long_engines,sanitize_r6,sanitize_rest,ncu (sanitize_rest: r4 delta / gated delta under the three tools,
 #   SANITIZE_RECS overrides the recurrences;
 #   sanitize_r6: r6 tensor_cores under the three tools)
-#     racecheck_probe  racecheck and synccheck on each kernel of tools/racecheck_probe.py (named-barrier hand-offs
+#     racecheck_probe  racecheck and synccheck on each kernel of tools/racecheck_probe.py (named-barrier and mbarrier hand-offs
 #               with known answers, correct and racy), one process each, all at once: h200_racecheck_probe_<sha>.txt
 #     racecheck_matrix  racecheck on the pair kernels of tools/racecheck_probe.py with r5's ingredients as modifiers
 #               (RP_VARIANTS, space separated, each KERNEL or KERNEL@BLOCKSxCHUNKS; RP_ARGS, the blocks and

@@ -60,7 +60,7 @@ compute chunk c::
     consumers │░░░░░░░░░░│M│P1 c0│C│P2 c0│S│M│P1 c1│C│P2 c1│S│M│ ...     (S: the state tile stored for P1)
 
 The producers still run one chunk ahead; what the pair adds is room for a deeper ring (a producer two chunks
-ahead needs three stages, which do not fit next to S in 227 KB). Measured on the H200 the rendezvous is 0.6-1.8 %
+ahead needs three stages, which do not fit next to S in 227 KB). Measured on the H200 the rendezvous is 0.6-1.3 %
 faster (B4 T8192 H16 K=V=128, per kernel, oracle-checked, ``figures/data/probes/h200_r5_handoff_1b4993b.json``:
 pair / rendezvous 2.607 / 2.574 ms plain, 2.674 / 2.643 decay, 4.078 / 4.054 delta, 4.184 / 4.137 gated delta; the
 named-barrier pair was 0.3-1.3 % slower, below); the pair stays, as ``handoff="pair"``, for the general protocol
