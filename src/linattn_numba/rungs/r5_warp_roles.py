@@ -281,6 +281,8 @@ BAR_PROD = 6
 # staged" (NPT arrivals a phase: every producer), EMPTY + s "stage s is free again" (NCT: every consumer)
 MB_FULL = 0
 MB_EMPTY = 2
+MB_COUNT = 4  # FULL and EMPTY of two stages
+MB_BYTES = 8 * MB_COUNT  # the kernel's static int64 array; declared by both hand-offs' kernels (in their PTX)
 # how the two roles hand the stages over: "pair" (FULL / EMPTY mbarriers, producers arrive / consumers wait and
 # the reverse) or "rendezvous" (one named barrier of the whole block per chunk); the same dependencies with two
 # stages (docstring, "Hand-offs"); the rendezvous measured faster
@@ -297,7 +299,6 @@ if config.ENABLE_CUDASIM:
     barrier_sync, barrier_arrive = bar_sync, bar_arrive  # the simulator has no notion of aligned barriers
 else:
     from llvmlite import ir
-    from numba.cuda import cgutils
     from numba.cuda.extending import intrinsic
 
     def _bar(opcode):
@@ -335,20 +336,21 @@ else:
     barrier_arrive = intrinsic(_bar("barrier.arrive"))
     barrier_arrive.__doc__ = """``barrier.arrive id, count`` (not ``.aligned``): as :func:`bar_arrive`."""
 
+    from ..vec import _shared_ptr
+
     def _mb_addr(context, builder, aryty, ary_val, ity, i_val):
         """The 32-bit shared-space address of ``bars[i]`` (what the mbarrier instructions take)."""
-        ary = context.make_array(aryty)(context, builder, ary_val)
-        i = context.cast(builder, i_val, ity, types.intp)
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [i], wraparound=False)
+        ptr = _shared_ptr(context, builder, aryty, ary_val, ity, i_val)
         sptr = builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, addrspace=3))
         return builder.ptrtoint(sptr, ir.IntType(32))
 
-    def _mb(text, nargs, doc):
-        """An intrinsic ``f(bars, i[, x])`` emitting ``text`` with $0 the address of ``bars[i]`` (an int64 of a
-        shared array) and $1 the 32-bit ``x``."""
+    def _mb(text, doc):
+        """An intrinsic ``f(bars, i)``, or ``f(bars, i, x)`` when ``text`` uses $1, emitting ``text`` with $0 the
+        address of ``bars[i]`` (an int64 of a shared array) and $1 the 32-bit ``x``."""
+        nrest = int("$1" in text)
 
         def typer(typingctx, bars, i, *rest):
-            if len(rest) != nargs - 2 or not isinstance(bars, types.Array) or bars.dtype != types.int64:
+            if len(rest) != nrest or not isinstance(bars, types.Array) or bars.dtype != types.int64:
                 return None
             sig = types.void(bars, i, *rest)
 
@@ -363,7 +365,7 @@ else:
 
             return sig, codegen
 
-        if nargs == 2:
+        if not nrest:
             def f(typingctx, bars, i):
                 return typer(typingctx, bars, i)
         else:
@@ -372,17 +374,17 @@ else:
         f.__doc__ = doc
         return intrinsic(f)
 
-    mb_init = _mb("mbarrier.init.shared::cta.b64 [$0], $1;", 3,
+    mb_init = _mb("mbarrier.init.shared::cta.b64 [$0], $1;",
                   """``mbarrier.init [bars + 8 i], count``: an mbarrier object whose phases complete at ``count``
                   arrivals (one thread initialises it; a ``syncthreads`` before anybody else uses it).""")
-    mb_arrive = _mb("mbarrier.arrive.release.cta.shared::cta.b64 _, [$0];", 2,
+    mb_arrive = _mb("mbarrier.arrive.release.cta.shared::cta.b64 _, [$0];",
                     """``mbarrier.arrive.release.cta [bars + 8 i]``: count this thread's arrival in the current
                     phase (a release: this thread's accesses so far are ordered before a wait that sees the phase
                     complete) and go on.""")
     # a loop on try_wait (it may return false after a hardware-chosen time); the labels are local to the braces,
     # so the asm can be inlined many times (the form CUTLASS's barrier wait uses)
     mb_wait = _mb("{ .reg .pred p; MB_WAIT: mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [$0], $1; "
-                  "@!p bra MB_WAIT; }", 3,
+                  "@!p bra MB_WAIT; }",
                   """Wait until the most recent phase of parity ``parity`` of ``bars[i]`` has completed (an
                   acquire): phase k of a barrier has parity k % 2, so a role that waits for the k-th completion
                   passes ``k % 2``.""")
@@ -463,14 +465,14 @@ def _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin, pair):
         V = v.shape[3]
         NC = (T + C - 1) // C
         sm = cuda.shared.array(0, float32)
-        bars = cuda.shared.array(4, int64)  # pair: the FULL and EMPTY mbarriers of the two stages
+        bars = cuda.shared.array(MB_COUNT, int64)  # pair: the FULL and EMPTY mbarriers of the two stages
         bh = cuda.blockIdx.y
         b = bh // H
         h = bh % H
         v0 = cuda.blockIdx.x * BV
         tid = cuda.threadIdx.x
         if pair:
-            if tid < 4:
+            if tid < MB_COUNT:
                 mb_init(bars, tid, NPT if tid < MB_EMPTY else NCT)
             cuda.syncthreads()  # initialised before any role arrives or waits (every thread, one instruction)
 
@@ -654,9 +656,8 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     has_g, delta, out = g is not None, beta is not None, o is not None
     f4 = np.dtype(np.float32).itemsize
     smem_b = _state_layout(C, KP, BV, has_g, delta, out)[-1] * f4
-    mb_b = 4 * 8 if handoff == "pair" else 0  # the pair's static mbarrier array, in the same per-block limit
-    if smem_b + mb_b > SMEM_MAX:
-        raise ValueError(f"rung {NAME!r}: two stages of C={C}, K={K}, value tile {BV} need {smem_b + mb_b} bytes "
+    if smem_b + MB_BYTES > SMEM_MAX:  # the static mbarrier array counts in the same per-block limit
+        raise ValueError(f"rung {NAME!r}: two stages of C={C}, K={K}, value tile {BV} need {smem_b + MB_BYTES} bytes "
                          f"of shared memory, more than {SMEM_MAX}; use a smaller chunk or value tile")
     BH = B * H
     if BH == 0 or V == 0:
