@@ -53,6 +53,10 @@
 #               h200_ncu_r4_{decay,gated_delta}_<sha>.csv (which phase costs what)
 #     cp_async  the two forms of vec.cp_async16 (vec.CP_ASYNC16_IN_IR) on r1 and r5, interleaved, oracle-checked
 #               (tools/cp_async_probe.py): h200_cp_async_<sha>.json
+#     gates_ab  r3's split schedule per kernel (plain, decay; the standard shape, tools/tune_r3.py) on build/base/src (a
+#               `git archive BASE src` there, carried) and on this tree, then the bench of r3 beside fla's chunk kernel
+#               (plain, decay): h200_tune_r3_gates_{base,head}_<sha>.json, h200_r3_<sha>.json (the walk and the output
+#               computing the cumulative gates themselves, against the gates kernel before them)
 #     r4_gdn_ab  per-kernel GPU times (ncu, gpu__time_duration) of one r4 forward at the long gated delta shape, on
 #               build/base/src (a `git archive BASE src` there, carried) and on this tree: which kernel moved between
 #               two commits (h200_ncu_r4_gdn_{base,head}_<sha>.csv: how phase 3's r1 kernel was found slower,
@@ -189,6 +193,15 @@ for m in ${modes//,/ }; do
         [ -d "$src" ] || { echo "no $src: git archive BASE src | tar -x -C build/base, and carry build"; rc=1; continue; }
         r4_ncu_times "h200_ncu_r4_gdn_${which}_$sha" gated_delta 1,262144,2,128,128 "$src" || rc=1
       done;;
+    gates_ab)
+      for which in base head; do
+        src=$PWD/src; [ "$which" = base ] && src=$PWD/build/base/src
+        [ -d "$src" ] || { echo "no $src: git archive BASE src | tar -x -C build/base, and carry build"; rc=1; continue; }
+        PYTHONPATH=/tmp/site:$src py_log gates_ab.log 200 "${R3_SPLIT[@]}" \
+          --out "$out/h200_tune_r3_gates_${which}_$sha.json" || rc=1
+      done
+      bench --rungs shared --recurrences plain,decay --fla chunk --out "$out/h200_r3_$sha.json" \
+        | tee -a "$out/gates_ab.log" || rc=1;;
     r4_kernels)
       for spec in decay:1,1048576,2,128,128 gated_delta:1,262144,2,128,128; do
         r4_ncu_times "h200_ncu_r4_${spec%%:*}_$sha" "${spec%%:*}" "${spec#*:}" src || rc=1
