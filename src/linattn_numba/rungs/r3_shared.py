@@ -1497,10 +1497,9 @@ GATES_THREADS = 128
 @functools.lru_cache(maxsize=None)
 def _gates_kernel(C):
     """bcum[bh, t] = b_t, the in-chunk cumulative log-gate (rows past T: b of the chunk's last token, as the intra
-    kernel writes it), one thread per (head, chunk), for the state kernels that read b from ``bcum`` outside the
-    fused schedule: :data:`STATE_KERNEL` "general" here, r6's own split state kernel. Until 0000000 it ran before
-    every split-schedule launch; the pipelined walk and the output kernel now compute b themselves
-    (:func:`_gates_scan`)."""
+    kernel writes it), one thread per (head, chunk), for the state kernels of a split schedule that read b from
+    ``bcum`` (:data:`STATE_KERNEL` "general" here; r6's own). Until 0000000 it ran before r3's pipelined walk too,
+    which now writes b itself (:func:`_gates_prologue`)."""
 
     def gates(g, bcum):
         B, T, H = g.shape
@@ -1544,102 +1543,77 @@ STATE_KERNEL = "pipelined"  # the split schedule's state kernel (read at launch:
 
 def _split_state_layout(C, KP, BV):
     """Offsets (floats) of :func:`_split_state_kernel`'s shared arrays, and the total: two chunk buffers of K's rows
-    [C, KP + 4], two of the value tile [C, BV + 4], two tables of a chunk's cumulative log-gates b [C] and two
-    buffers of its gates g [C] (:func:`_gates_scan`). 87 KB at C = 64, K' = 128, BV = 32, 103.4 KB at BV = 64: two
-    blocks per SM."""
+    [C, KP + 4] and two of the value tile [C, BV + 4]. 86 KB at C = 64, K' = 128, BV = 32: two blocks per SM."""
     KS, VS = KP + 4, BV + 4
     o_k = 0
     o_v = o_k + 2 * C * KS
-    o_b = o_v + 2 * C * VS
-    o_g = o_b + 2 * C
-    return o_k, o_v, o_b, o_g, o_g + 2 * C
+    return o_k, o_v, o_v + 2 * C * VS
 
 
 @functools.lru_cache(maxsize=None)
-def _gates_scan(C, NTH):
-    """``(NG, load, scan, copy, prefix)``: the in-chunk cumulative log-gates b_t = g_t0 + ... + g_(t0 + t) of one
-    chunk, computed by the block that needs them (the split schedule's walk and output) from ``g`` itself. Until
-    0000000 a kernel of its own wrote them to a buffer ``bcum`` first: one launch more (~0.045 ms of the decay
-    forward at the standard shape) for a few microseconds of work.
+def _gates_prologue(C, KP, NTH):
+    """``prologue(sm, g, bcum, row, b, h, T, tid)``: the split walk's first step, b_t (the in-chunk cumulative
+    log-gates) of every chunk of head (b, h) into ``bcum[row, :]``, before the walk reads them (a chunk ahead) and
+    the output blocks of the overlapped launch read them (behind the walk's fenced counts). Until 0000000 a kernel of
+    its own did this before every split-schedule launch (:func:`_gates_kernel`): ~0.045 ms of the decay forward at
+    the standard shape for a few microseconds of work (one thread per chunk, its loads one at a time).
 
-    The first L = min(NTH, 32) threads (lanes of warp 0) take part, each for rows tid + L j (j < NG):
+    In passes of CB = min(NTH, 2 C (K' + 4) // (C + 4)) chunks (the space of the walk's K buffers, free until its
+    first copies; 128 chunks, the whole standard shape, in one pass): thread i copies the C gates of its chunk by
+    4-byte ``cp.async`` (:func:`linattn_numba.vec.cp_async4_at`: all in flight at once, no registers held; zeros past
+    the sequence's end) into a row of C + 4 floats (rows 4 banks apart), waits for them, and sums them in order, t =
+    0 .. C - 1, writing b four at a time: the float32 sum in the gates kernel's and the intra kernel's order, so b is
+    the same bit for bit, and non-increasing (each step adds a g_t <= 0). A barrier ends each pass (the space is
+    reused; the block's threads then read each other's rows of ``bcum``)."""
+    GS = C + 4
+    CB = min(NTH, (2 * C * (KP + 4)) // GS)
 
-    * ``load(g, b, h, t0, n, tid, gx)`` loads the thread's gates into registers ``gx`` (0 past n), and
-      ``scan(sm, off, gx, tid)`` stores them at sm[off + t] and, after a ``syncwarp``, has lane 0 sum them in place
-      (the output block: loaded before its copies are issued, scanned before its first barrier);
-    * ``copy(sm, off, g, b, h, t0, n, tid)`` copies them to sm[off + t] by 4-byte ``cp.async``
-      (:func:`linattn_numba.vec.cp_async4_at`, zeros past n) in the caller's commit group, and once a barrier has
-      followed their wait ``prefix(sm, src, dst, tid)`` has lane 0 write the sums of the gates at ``src`` to ``dst``
-      (the walk: copied two chunks ahead, summed one chunk ahead; held in registers a chunk instead, the gates
-      and their addresses made ptxas spill 148 bytes in r4's walk, which had none).
-
-    Lane 0 sums in order, t = 0 .. C - 1 (rows past n end up b_{n-1}): the float32 sum, in the same order, that the
-    gates kernel and the intra kernel compute, so b is the same bit for bit; and each step adds a g_t <= 0, so b
-    never increases and every b_t - b_s (s <= t) is <= 0. (A shuffle scan over the lanes would take fewer cycles,
-    but its sums in tree order do not keep b non-increasing under rounding.) Lane 0's C dependent adds are a few
-    hundred cycles of one warp while the block's other warps compute."""
-    L = min(NTH, 32)
-    NG = cdiv(C, L)
-    MASK = (1 << L) - 1
-
-    def load(g, b, h, t0, n, tid, gx):
-        for j in range(NG):
-            t = tid + L * j
-            gx[j] = float32(g[b, t0 + t, h]) if t < n else float32(0.0)  # n <= C
-
-    def prefix(sm, src, dst, tid):
-        if tid == 0:
-            acc = float32(0.0)
-            for t in range(0, C, 4):  # 128-bit: src, dst and C are multiples of 4
-                x = ld4(sm, src + t)
-                a0 = acc + x[0]
-                a1 = a0 + x[1]
-                a2 = a1 + x[2]
-                acc = a2 + x[3]
-                st4(sm, dst + t, (a0, a1, a2, acc))
-
-    dprefix = cuda.jit(device=True, inline="always")(prefix)
-
-    def scan(sm, off, gx, tid):
-        for j in range(NG):
-            t = tid + L * j
-            if C % L == 0 or t < C:
-                sm[off + t] = gx[j]
-        cuda.syncwarp(MASK)  # the lanes' gates in place for lane 0
-        dprefix(sm, off, off, tid)
-
-    def copy(sm, off, g, b, h, t0, n, tid):
+    def prologue(sm, g, bcum, row, b, h, T, tid):
+        NC = (T + C - 1) // C
         s1 = g.strides[1] // 4
-        row0 = b * (g.strides[0] // 4) + h * (g.strides[2] // 4) + t0 * s1  # g[b, t0, h]: n >= 1, always valid
-        for j in range(NG):
-            t = tid + L * j
-            if C % L == 0 or t < C:
-                cp_async4_at(sm, off + t, g, row0 + t * s1 if t < n else row0, 4 if t < n else 0)
+        g0 = b * (g.strides[0] // 4) + h * (g.strides[2] // 4)  # g[b, 0, h]
+        for base in range(0, NC, CB):
+            j = base + tid
+            mine = tid < CB and j < NC
+            t0 = j * C
+            n = min(C, T - t0)
+            if mine:
+                for t in range(C):
+                    cp_async4_at(sm, tid * GS + t, g, g0 + (t0 + t) * s1 if t < n else g0, 4 if t < n else 0)
+            cp_async_wait_all()
+            if mine:
+                acc = float32(0.0)
+                for t in range(0, C, 4):
+                    x = ld4(sm, tid * GS + t)
+                    a0 = acc + x[0]
+                    a1 = a0 + x[1]
+                    a2 = a1 + x[2]
+                    acc = a2 + x[3]
+                    st4(bcum, (row, t0 + t), (a0, a1, a2, acc))
+            cuda.syncthreads()  # the gates' space free again; this pass's rows of bcum written for the block
 
-    dev = cuda.jit(device=True, inline="always")
-    return NG, dev(load), dev(scan), dev(copy), dprefix
+    return cuda.jit(device=True, inline="always")(prologue)
 
 
 @functools.lru_cache(maxsize=None)
 def _rows_scaler(ROWS, COLS, NTH):
     """``(J, load_gates, factors, scale)`` for the rows that :func:`_rows_copier` (same sizes) has a thread copy:
-    ``load_gates(sm, off, tid, bj)`` reads the in-chunk log-gates b_t of the thread's J rows and b_last from the
-    chunk's table at ``sm[off]`` (:func:`_gates_scan`; ROWS entries, rows past the sequence's end hold b_last) into
+    ``load_gates(bcum, bh, t0, n, tid, bj)`` loads the in-chunk log-gates b_t of the thread's J rows and b_last into
     ``bj`` (J + 1 values), ``factors(bj, n, tid, fj)`` turns them into gamma_C / gamma_t = exp(b_last - b_t) (0 for
     t >= n), ``scale(sm, off, stride, tid, fj)`` multiplies the thread's own elements of the [ROWS, COLS] tile at
     ``off`` by them. Once its own copies have landed (``cp.async.wait_group``) a thread may rewrite them with no
-    barrier. (Loaded from ``bcum`` in global memory, as until 0000000, the gates had to be loaded a chunk ahead:
-    loaded and used in the same chunk, their latency made the decay state kernel slower than the general one,
-    ``figures/data/probes/h200_tune_r3_pipe_state1.json``; the table is in shared memory.)"""
+    barrier, and it has its rows' gates from ``bcum`` itself rather than from a shared table that other threads
+    write. The state kernel loads the gates a chunk ahead: loaded and used in the same chunk, their latency made
+    the decay state kernel slower than the general one (``figures/data/probes/h200_tune_r3_pipe_state1.json``)."""
     QPR = COLS // 4
     RSTEP = NTH // QPR
     J = cdiv(ROWS, RSTEP)
 
-    def load_gates(sm, off, tid, bj):
+    def load_gates(bcum, bh, t0, n, tid, bj):
         tf = tid // QPR
         for j in range(J):
-            bj[j] = sm[off + min(tf + j * RSTEP, ROWS - 1)]
-        bj[J] = sm[off + ROWS - 1]
+            bj[j] = bcum[bh, t0 + min(tf + j * RSTEP, n - 1)]
+        bj[J] = bcum[bh, t0 + n - 1]
 
     def factors(bj, n, tid, fj):
         tf = tid // QPR
@@ -1710,10 +1684,10 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False, rows=4):
     """The split schedule's state kernel: :func:`_split_state_body` on block (x, y) = (value tile, b H + h)."""
     body = _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, False)
 
-    def split_state(k, v, g, h0, ht, hs, lg):
+    def split_state(k, v, g, bcum, h0, ht, hs, lg):
         """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk."""
         none = cuda.local.array(1, types.int32)  # no flags: the walk signals nobody (never touched)
-        body(cuda.shared.array(0, float32), k, v, g, h0, ht, hs, lg, cuda.blockIdx.x, cuda.blockIdx.y, none)
+        body(cuda.shared.array(0, float32), k, v, g, bcum, h0, ht, hs, lg, cuda.blockIdx.x, cuda.blockIdx.y, none)
 
     if config.ENABLE_CUDASIM:
         return cuda.jit(split_state)
@@ -1723,17 +1697,15 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False, rows=4):
 
 @functools.lru_cache(maxsize=None)
 def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
-    """The split schedule's state walk (a device function, ``body(sm, k, v, g, h0, ht, hs, lg, x, bh, flags)``
+    """The split schedule's state walk (a device function, ``body(sm, k, v, g, bcum, h0, ht, hs, lg, x, bh, flags)``
     for value tile x of head bh; :func:`_split_state_kernel` and :func:`_overlap_kernel` run it):
     :func:`_state_kernel` in state-only mode with ``store`` (the additive family), its staging overlapped with its
     products. Chunk c + 1's rows of K and value tile are copied by
     ``cp.async`` (:func:`_rows_copier`) into the second of two buffers while chunk c's ``S <- gamma_C S + K^T
     diag(gamma_C / gamma) V`` runs on the first; each thread scales the value rows it copied by gamma_C / gamma_t
     once they have landed. Two barriers per chunk (staged; read), no L2 prefetch (the copies are a chunk ahead).
-    With gates (:func:`_gates_scan`): warp 0 copies the gates of chunk c + 2 with chunk c + 1's rows, and after the
-    first barrier lane 0 sums chunk c + 1's into the second of two tables of b; every thread reads its rows' b
-    from this chunk's table.
-    The general kernel stages by loads into registers after each chunk's product: its staging was 18.5 % of its
+    With gates it first writes every chunk's b to its own row of ``bcum``, x B H + bh (:func:`_gates_prologue`);
+    the output kernel reads value tile 0's rows. The general kernel stages by loads into registers after each chunk's product: its staging was 18.5 % of its
     instructions and 32.5 % of its warp-stall samples (waiting on global memory), ``figures/data/probes``.
 
     Thread map and the product as :func:`_state_kernel`'s P2 (S in registers, 4 x 4 tiles by :func:`_quad_map`).
@@ -1742,7 +1714,7 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
 
     ``has_lg`` (with g; the deferred start state, :func:`split_deferred`): ``lg[bh, c]`` = the sum of g over the
     sequence's tokens before chunk c, log of the decay that a start state has undergone when chunk c begins (a sum
-    of the chunks' b_last, which every thread reads from the chunk's table anyway; one thread writes it).
+    of the chunks' b_last, which every thread has a chunk ahead anyway; one thread writes it).
 
     ``rows`` (:func:`split_tile`'s choice): a thread's tile of the state is ``rows`` x 4 (8 x 4: half the threads
     for a value tile, twice the multiply-adds per thread and per copy, 12 shared loads per 128 FMAs instead of 16).
@@ -1757,17 +1729,17 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
     NTH = split_state_threads(KP, BV, TR)
     WIDE = BV4 % 8 == 0
     KS, VS = KP + 4, BV + 4
-    O_K, O_V, O_B, O_G, _ = _split_state_layout(C, KP, BV)
+    O_K, O_V, _ = _split_state_layout(C, KP, BV)
     cp_k = _rows_copier(C, KP, NTH, False)
     cp_v = _rows_copier(C, BV, NTH, False)
     JV, gates_v, factors_v, scale_v = _rows_scaler(C, BV, NTH)
     JV1 = JV + 1
-    NG, load_g, scan_g, copy_g, prefix_g = _gates_scan(C, NTH)
-    LG = min(NTH, 32)  # the threads that load and copy the gates (_gates_scan)
+    gates_all = _gates_prologue(C, KP, NTH)
 
-    def split_state(sm, k, v, g, h0, ht, hs, lg, x, bh, flags):
+    def split_state(sm, k, v, g, bcum, h0, ht, hs, lg, x, bh, flags):
         """Value columns x * BV .. x * BV + BV - 1 of head bh, carried through every chunk."""
         T, H, K = k.shape[1], k.shape[2], k.shape[3]
+        grow = x * (k.shape[0] * H) + bh  # this walker's row of bcum (the output blocks read value tile 0's)
         V = v.shape[3]
         NC = (T + C - 1) // C
         b = bh // H
@@ -1779,31 +1751,25 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
         xa = cuda.local.array(32, float32)
         ya = cuda.local.array(32, float32)
         fj = cuda.local.array(JV, float32)
-        bj = cuda.local.array(JV1, float32)  # b of the thread's value rows and b_last, from the chunk's table
-        gx = cuda.local.array(NG, float32)  # tid < LG: chunk 0's gates
+        bj = cuda.local.array(JV1, float32)  # the gates of the thread's value rows, loaded a chunk ahead
         lsum = float32(0.0)  # has_lg: the log decay from the sequence start to this chunk's start
         for i in range(TR):
             for j in range(4):
                 S[4 * i + j] = float32(0.0)
                 if has_h0 and rg * TR + i < K and v0 + cg * 4 + j < V:
                     S[4 * i + j] = h0[b, h, rg * TR + i, v0 + cg * 4 + j]
-        if has_g and NC > 0:  # chunk 0's table of b
-            if tid < LG:
-                load_g(g, b, h, 0, min(C, T), tid, gx)
-                scan_g(sm, O_B, gx, tid)
-            cuda.syncthreads()  # chunk 0's b for all
-        if NC > 0:  # chunk 0 into buffer 0, chunk 1's gates into the second gates buffer
+        if has_g:
+            gates_all(sm, g, bcum, grow, b, h, T, tid)
+        if NC > 0:  # chunk 0 into buffer 0
+            if has_g:
+                gates_v(bcum, grow, 0, min(C, T), tid, bj)
             cp_k(sm, O_K, KS, k, b, h, 0, min(C, T), K, 0, tid)
             cp_v(sm, O_V, VS, v, b, h, 0, min(C, T), V, v0, tid)
-            if has_g and tid < LG and NC > 1:
-                copy_g(sm, O_G + C, g, b, h, C, min(C, T - C), tid)
         cp_async_commit()
         for c in range(NC):
             t0 = c * C
             n = min(C, T - t0)
             p = c % 2
-            if has_g:  # this chunk's b (its table written a chunk ago): latency overlapped with the copies below
-                gates_v(sm, O_B + p * C, tid, bj)
             if signal and c > 0:
                 # S_{c-1}'s stores (a chunk ago: done by now, so this waits on little) visible to the whole GPU
                 # before the count below tells the output blocks of chunk c - 1 that they may read it
@@ -1812,9 +1778,6 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
                 n1 = min(C, T - t0 - C)
                 cp_k(sm, O_K + (1 - p) * C * KS, KS, k, b, h, t0 + C, n1, K, 0, tid)
                 cp_v(sm, O_V + (1 - p) * C * VS, VS, v, b, h, t0 + C, n1, V, v0, tid)
-            if has_g and tid < LG and c + 2 < NC:  # chunk c + 2's gates: their buffer's last reader (lane 0, in
-                # chunk c - 1, after its first barrier) is behind the barrier that ended chunk c - 1
-                copy_g(sm, O_G + p * C, g, b, h, t0 + 2 * C, min(C, T - t0 - 2 * C), tid)
             cp_async_commit()
             if v0 + cg * 4 < V:  # V is a multiple of 4 here (split_fits): whole quads
                 for i in range(TR):
@@ -1828,17 +1791,14 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
                         lg[bh, c] = lsum
                     lsum += bj[JV]
                 factors_v(bj, n, tid, fj)
+                if c + 1 < NC:
+                    gates_v(bcum, grow, t0 + C, min(C, T - t0 - C), tid, bj)  # used by the next chunk
             cp_async_wait_one()  # this thread's copies of chunk c have landed
             if has_g:
                 scale_v(sm, O_V + p * C * VS, VS, tid, fj)
             cuda.syncthreads()  # chunk c's K rows and (scaled) values in place for all
             if signal and c > 0 and tid == 0:  # every thread's fence above is behind this barrier
                 cuda.atomic.add(flags, 1 + bh * NC + c - 1, 1)  # one more value tile of S_{c-1} stored
-            if has_g and c + 1 < NC:
-                # lane 0: chunk c + 1's b into the other table, from its gates (copied with chunk c's rows: landed
-                # before the barrier above); that table was last read before the barrier above, in chunk c - 1,
-                # and is read next after the barrier that ends this chunk
-                prefix_g(sm, O_G + (1 - p) * C, O_B + (1 - p) * C, tid)
             if has_g:
                 for e in range(TS):
                     S[e] *= gc
@@ -2079,10 +2039,10 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
     """The split schedule's output kernel: :func:`_out_body` on block (x, y) = (chunk, b H + h)."""
     body = _out_body(C, KP, has_g, has_x, products, pad, False)
 
-    def out(q, k, v, g, hs, o, scale, x, lg):
+    def out(q, k, v, bcum, hs, o, scale, x, lg):
         """Chunk x of head y: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
         none = cuda.local.array(1, types.int32)  # no flags: S_c is there (never touched)
-        body(cuda.shared.array(0, float32), q, k, v, g, hs, o, scale, x, lg, cuda.blockIdx.x, cuda.blockIdx.y,
+        body(cuda.shared.array(0, float32), q, k, v, bcum, hs, o, scale, x, lg, cuda.blockIdx.x, cuda.blockIdx.y,
              none, 0)
 
     if config.ENABLE_CUDASIM:
@@ -2092,7 +2052,7 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
 
 @functools.lru_cache(maxsize=None)
 def _out_body(C, KP, has_g, has_x, products, pad, wait):
-    """The split schedule's output (a device function, ``body(sm, q, k, v, g, hs, o, scale, x, lg, c, bh, flags,
+    """The split schedule's output (a device function, ``body(sm, q, k, v, bcum, hs, o, scale, x, lg, c, bh, flags,
     ntiles)`` for chunk c of head bh; :func:`_out_pipeline` and :func:`_overlap_kernel` run it), one chunk of one
     head per block (fla's ``chunk_fwd_o``), its copies
     overlapped with its products: ``O = scale (diag(gamma) Q S_c + Aqk V)`` with S_c the chunk's starting state,
@@ -2130,11 +2090,8 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
 
     ``wait`` (:func:`_overlap_kernel`, where the state walk runs beside this block): once K's and Q's copies are
     issued, one thread waits until ``flags[1 + bh NC + c]`` counts ``ntiles`` (every value tile of S_c stored by
-    the walk), then a barrier; only then is S_c's first slab copied.
-
-    With gates, warp 0 computes the chunk's b itself (:func:`_gates_scan`): it loads the gates before issuing the
-    copies and scans them once the copies are on their way (after the wait, where there is one), before the barrier
-    that publishes K's and Q's rows."""
+    the walk), then a barrier; only then are b (which the walk wrote before its first count) and S_c's first slab
+    copied."""
     C4 = C // 4
     NTH = C4 * C4
     KS, CS = KP + 4, C + 4
@@ -2147,8 +2104,6 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
     cp_rows = _rows_copier(C, KP, NTH, False)  # K, Q
     cp_val = _rows_copier(SR, CBW, NTH, False)  # a value slab
     cp_state = _rows_copier(SR, CBW, NTH, True)  # a slab of S_c's rows from hs
-    NG, load_g, scan_g, _, _ = _gates_scan(C, NTH)
-    LG = min(NTH, 32)
     add_x = _rows_adder(SR, CBW, NTH)  # has_x: exp(lg_c) X added to the thread's own pieces of a slab of S_c
     setup, state_step, gate, value_step, store = products
 
@@ -2171,7 +2126,7 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
             sv = (s - NSS) * SR
             cp_val(sm, off, SW, v, b, h, t0 + sv, n - sv, V, col, tid)
 
-    def out(sm, q, k, v, g, hs, o, scale, x, lg, c, bh, flags, ntiles):
+    def out(sm, q, k, v, bcum, hs, o, scale, x, lg, c, bh, flags, ntiles):
         """Chunk c of head bh: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
         T, H, K = q.shape[1], q.shape[2], q.shape[3]
         V = v.shape[3]
@@ -2181,9 +2136,8 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
         t0 = c * C
         n = min(C, T - t0)
         NSL = ((V + CBW - 1) // CBW) * NSP
-        gx = cuda.local.array(NG, float32)
-        if has_g and tid < LG:  # issued first: they arrive while the copies below are issued
-            load_g(g, b, h, t0, n, tid, gx)
+        if has_g and not wait and tid < C // 4:  # b by cp.async too (into registers, its wait stalled the prologue)
+            cp_async16_at(sm, O_B + 4 * tid, bcum, bh * (bcum.strides[0] // 4) + t0 + 4 * tid, 16)
         cp_rows(sm, O_R, KS, k, b, h, t0, n, K, 0, tid)
         cp_rows(sm, O_Q, KS, q, b, h, t0, n, K, 0, tid)
         cp_async_commit()
@@ -2193,11 +2147,12 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
                 while cuda.atomic.add(flags, fi, 0) < ntiles:  # an atomic read: from L2, never a stale copy
                     _backoff()
                 cuda.threadfence()  # what the walk stored before its count, before anything this block reads
-            cuda.syncthreads()  # S_c is there for every thread of the block
+            cuda.syncthreads()  # S_c (and b, written by the walk's first step) there for every thread of the block
+            if has_g and tid < C // 4:  # b in a group of its own: the wait below leaves only slab 0 in flight
+                cp_async16_at(sm, O_B + 4 * tid, bcum, bh * (bcum.strides[0] // 4) + t0 + 4 * tid, 16)
+            cp_async_commit()
         issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[0], COL0[0], buf(0), tid)  # slab 0 into X0: lands during the scores
         cp_async_commit()
-        if has_g and tid < LG:
-            scan_g(sm, O_B, gx, tid)
         cp_async_wait_one()
         cuda.syncthreads()  # K's and Q's rows and b in place
         _scores(sm, O_R, O_Q, O_AQK, O_AQK, O_B, O_B, KS, CS, C4, KP, tid, has_g, False, True)
@@ -2327,7 +2282,7 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
     out = _out_body(C, KP, has_g, False, products, pad, True)
     SLOT = max(_split_state_layout(C, KP, BV)[-1], out_floats)  # the ticket, past both roles' arrays
 
-    def overlap(q, k, v, g, h0, ht, hs, o, scale, flags, nwalk, ntiles):
+    def overlap(q, k, v, g, bcum, h0, ht, hs, o, scale, flags, nwalk, ntiles):
         """Block with ticket t: value tile t mod ntiles of head t // ntiles walks (t < nwalk), else the output of
         chunk u // (B H) of head u mod (B H), u = t - nwalk."""
         sm = cuda.shared.array(0, float32)
@@ -2337,11 +2292,11 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
         cuda.syncthreads()  # the ticket, for every thread
         t = smi[SLOT]
         if t < nwalk:
-            walk(sm, k, v, g, h0, ht, hs, g, t % ntiles, t // ntiles, flags)  # lg: a stand-in, never touched
+            walk(sm, k, v, g, bcum, h0, ht, hs, bcum, t % ntiles, t // ntiles, flags)
         else:
             u = t - nwalk
             BH = q.shape[0] * q.shape[2]
-            out(sm, q, k, v, g, hs, o, scale, h0, g, u // BH, u % BH, flags, ntiles)  # x, lg: stand-ins
+            out(sm, q, k, v, bcum, hs, o, scale, h0, bcum, u // BH, u % BH, flags, ntiles)
 
     if config.ENABLE_CUDASIM:
         return cuda.jit(overlap)
@@ -2498,9 +2453,9 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
 
 def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None, tag="", out_kernel=None):
     """The split schedule's launches (``launches`` checked that it fits): the state kernel in state-only mode
-    storing S_c to ``hs`` (value tile and tiling by :func:`split_tile`), the output kernel; both compute the
-    cumulative log-gates from ``g`` themselves (:func:`_gates_scan`), except :data:`STATE_KERNEL` "general" (the fused
-    schedule's state kernel, for comparison), which reads them from ``bcum`` that the gates kernel writes first. With
+    storing S_c to ``hs`` (value tile and tiling by :func:`split_tile`; with g it first writes the cumulative
+    log-gates ``bcum``, :func:`_gates_prologue`), the output kernel. :data:`STATE_KERNEL` "general" (the fused
+    schedule's state kernel, for comparison) reads ``bcum`` from the gates kernel, launched first. With
     ``x`` (:func:`split_deferred`: ``h0`` is None) the state kernel also stores the log decays ``lg`` and the output
     kernel adds exp(lg_c) x to every S_c. ``tag`` names the scratch buffers (r4 keeps several sets alive).
     ``out_kernel``: another output kernel with this one's arguments, ``out_kernel(C, KP, has_g, has_x) -> (kernel,
@@ -2515,10 +2470,12 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     has_g, has_x = g is not None, x is not None
     f4 = np.dtype(np.float32).itemsize
     BV, rows = split_tile(C, KP, BH, V, bv)
+    # a row of b per walker (value tile x of head bh: row x B H + bh), each writing its own; the output reads x = 0's
+    bcum = _scratch("bcum" + tag, (cdiv(V, BV) * BH, NC * C), stream) if has_g else or_dummy(None, 2)
     hs = _scratch("hs" + tag, (BH, NC * KP, V), stream)
     lg = _scratch("lg" + tag, (BH, NC), stream) if has_g and has_x else or_dummy(None, 2)
-    g3 = or_dummy(g, 3)
     d3 = or_dummy(None, 3)
+    g3 = or_dummy(g, 3)
     todo = []
     if STATE_KERNEL not in STATE_KERNELS:
         raise ValueError(f"rung {NAME!r}: STATE_KERNEL must be one of {STATE_KERNELS}, got {STATE_KERNEL!r}")
@@ -2526,9 +2483,8 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         smem_s = _split_state_layout(C, KP, BV)[-1] * f4
         kern_s = _split_state_kernel(C, KP, BV, has_g, h0 is not None, ht is not None, has_g and has_x, rows)
         nth_s = split_state_threads(KP, BV, rows)
-        args_s = (k, v, g3, or_dummy(h0, 4), or_dummy(ht, 4), hs, lg)
+        args_s = (k, v, g3, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, lg)
     else:
-        bcum = _scratch("bcum" + tag, (BH, NC * C), stream) if has_g else or_dummy(None, 2)
         if has_g:
             kern_g = _gates_kernel(C)
             todo.append(("gates", lambda: _launch(kern_g, cdiv(BH * NC, GATES_THREADS), GATES_THREADS, 0, stream,
@@ -2548,8 +2504,8 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats)
         flags = _flags(1 + BH * NC, stream)
         nwalk = cdiv(V, BV) * BH
-        args_v = (q, k, v, g3, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags, np.int32(nwalk),
-                  np.int32(cdiv(V, BV)))
+        args_v = (q, k, v, g3, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags,
+                  np.int32(nwalk), np.int32(cdiv(V, BV)))
         smem_v = overlap_bytes(C, KP, BV, out_floats)
 
         def overlapped():
@@ -2564,7 +2520,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         kern_o, smem_o, nth_o = _out_kernel(C, KP, has_g, has_x), _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
     else:
         kern_o, smem_o, nth_o = out_kernel(C, KP, has_g, has_x)
-    args_o = (q, k, v, g3, hs, o, np.float32(scale), or_dummy(x, 4), lg)
+    args_o = (q, k, v, bcum, hs, o, np.float32(scale), or_dummy(x, 4), lg)
     todo.append(("out", lambda: _launch(kern_o, (NC, BH), nth_o, smem_o, stream, args_o)))
     return todo
 
@@ -2661,10 +2617,10 @@ def compile_targets():
                     for bv_, rows_, lab in ((64, 8, ""), (32, 4, ",4x4")):
                         yield (f"split_state[{rec}{lab}]", _split_state_kernel(C, KP, bv_, has_g, True, True, False,
                                                                                 rows_).py_func,
-                               (x4, x4, g_t, a4, a4, s3, s2))
+                               (x4, x4, g_t, s2, a4, a4, s3, s2))
                         yield (f"split_state[{rec},lg{lab}]", _split_state_kernel(C, KP, bv_, has_g, False, True,
                                                                                    has_g, rows_).py_func,
-                               (x4, x4, g_t, s4, a4, s3, s2))
+                               (x4, x4, g_t, s2, s4, a4, s3, s2))
                     # both in one launch (OVERLAP), in both tilings: 8 x 4 as the standard shape runs it (no h0 /
                     # ht), 4 x 4 with h0 and ht (the GPU tier's shapes)
                     i1 = types.Array(types.int32, 1, "C")
@@ -2672,11 +2628,11 @@ def compile_targets():
                         yield (f"overlap[{rec}{lab}]",
                                _overlap_kernel(C, KP, bv_, rows_, has_g, st, st, _out_fma_products(C, KP), 0,
                                                _out_layout(C, KP)[-1]).py_func,
-                               (x4, x4, x4, g_t, a4 if st else s4, a4 if st else s4, s3, a4, f32, i1, types.int32,
-                                types.int32))
-                    yield (f"out[{rec}]", _out_kernel(C, KP, has_g).py_func, (x4, x4, x4, g_t, s3, a4, f32, s4, s2))
+                               (x4, x4, x4, g_t, s2, a4 if st else s4, a4 if st else s4, s3, a4, f32, i1,
+                                types.int32, types.int32))
+                    yield (f"out[{rec}]", _out_kernel(C, KP, has_g).py_func, (x4, x4, x4, s2, s3, a4, f32, s4, s2))
                     yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True).py_func,
-                           (x4, x4, x4, g_t, s3, a4, f32, a4, s2))
+                           (x4, x4, x4, s2, s3, a4, f32, a4, s2))
     yield ("zero_flags", _zero_flags.py_func, (types.Array(types.int32, 1, "C"),))
     yield ("gates[float32]", _gates_kernel(C).py_func, (array_type(np.float32, 3), s2))
     yield ("gates[float16]", _gates_kernel(C).py_func, (array_type(np.float16, 3), s2))

@@ -1256,7 +1256,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
                                                  args_s)))
         if pipe:
             kern_o, smem_o, nth_o = out_pipe_factory(precision)(C, KP, has_g, False)
-            args_o = (q, k, v, or_dummy(g, 3), hs, o, np.float32(scale), or_dummy(None, 4), or_dummy(None, 2))
+            args_o = (q, k, v, bcum, hs, o, np.float32(scale), or_dummy(None, 4), or_dummy(None, 2))
         else:
             kern_o, smem_o, nth_o = (_out_add_kernel(C, KP, has_g, three),
                                      _out_tc_layout(C, KP)[-1] * np.dtype(np.float32).itemsize, INTRA_THREADS)
@@ -1333,7 +1333,7 @@ def compile_targets():
                     # the pipelined output kernel: 3xTF32 and TF32, and with the deferred start state (r4's phase 3)
                     for three, x_t, lab in ((True, s4, ""), (False, s4, ",tf32"), (True, a4, ",x")):
                         yield (f"out_pipe[{rec}{lab}]", _out_pipe_kernel(C, KP, has_g, x_t is a4, three).py_func,
-                               (x4, x4, x4, array_type(np.float32, 3) if has_g else s3, s3, a4, f32, x_t, s2))
+                               (x4, x4, x4, s2, s3, a4, f32, x_t, s2))
                 else:  # the delta family's tensor-core intra kernel
                     yield (f"intra_tc[{rec}]", _intra_delta_kernel(C, KP, has_g, True).py_func,
                            (x4, x4, x4, array_type(np.float32, 3) if has_g else s3, array_type(np.float32, 3), s2, s3,
