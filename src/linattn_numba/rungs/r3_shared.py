@@ -1705,8 +1705,9 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
     diag(gamma_C / gamma) V`` runs on the first; each thread scales the value rows it copied by gamma_C / gamma_t
     once they have landed. Two barriers per chunk (staged; read), no L2 prefetch (the copies are a chunk ahead).
     With gates it first writes every chunk's b to its own row of ``bcum``, x B H + bh (:func:`_gates_prologue`);
-    the output kernel reads value tile 0's rows. The general kernel stages by loads into registers after each chunk's product: its staging was 18.5 % of its
-    instructions and 32.5 % of its warp-stall samples (waiting on global memory), ``figures/data/probes``.
+    the output kernel reads value tile 0's rows. The general kernel stages by loads into registers after each
+    chunk's product: its staging was 18.5 % of its instructions and 32.5 % of its warp-stall samples (waiting on
+    global memory), ``figures/data/probes``.
 
     Thread map and the product as :func:`_state_kernel`'s P2 (S in registers, 4 x 4 tiles by :func:`_quad_map`).
     Every chunk's starting state S_c goes to ``hs[bh, c KP + row, column]`` (rows past K are zero). Sizes as
