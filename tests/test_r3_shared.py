@@ -88,7 +88,7 @@ def test_split_schedule(recurrence, T, K, V, with_h0, with_ht):
     K' = 32), several state-kernel blocks per head (V = 20 > BV at bv=8); against the float64 recurrence, and
     equal to the fused schedule within float32 error."""
     inp = make(1, T, 2 if T < 100 else 1, K, V, recurrence, seed=T + K + V)
-    assert _kernel_names(inp, 64) == ["state", "out"]  # no gates kernel: both compute b themselves
+    assert _kernel_names(inp, 64) == (["gates"] if recurrence == "decay" else []) + ["state", "out"]
     kw = {"bv": 8} if V == 20 else {}
     check(inp, 64, with_h0, with_ht, **kw)
     o_s, h_s = run(inp, 64, with_h0, with_ht, **kw)
@@ -133,11 +133,12 @@ def test_overlap(monkeypatch, recurrence, B, H, T, C, K, V, bv, rows, with_h0, w
     output and final state (the same products in the same order)."""
     inp = make(B, T, H, K, V, recurrence, seed=T + K + V + rows)
     monkeypatch.setattr(r3, "SPLIT_ROWS", rows)
-    assert _kernel_names(inp, C, bv=bv) == ["overlap"]
+    gates = ["gates"] if recurrence == "decay" else []
+    assert _kernel_names(inp, C, bv=bv) == ["overlap"]  # with gates, the gates kernel zeroes the counts: one step
     check(inp, C, with_h0, with_ht, bv=bv)
     o1, h1 = run(inp, C, with_h0, with_ht, bv=bv)
     monkeypatch.setattr(r3, "OVERLAP", False)
-    assert _kernel_names(inp, C, bv=bv) == ["state", "out"]
+    assert _kernel_names(inp, C, bv=bv) == gates + ["state", "out"]
     o2, h2 = run(inp, C, with_h0, with_ht, bv=bv)
     assert np.array_equal(o1, o2) and (not with_ht or np.array_equal(h1, h2))
 
@@ -168,7 +169,7 @@ def test_overlap_any_block_order(monkeypatch):
     grid = _ReversedGrid(simkernel.np)
     monkeypatch.setattr(simkernel, "np", grid)
     o_rev, h_rev = run(inp, 16, True, True, bv=16)
-    assert grid.reversed_grids >= 2  # the flags' reset and the overlapped kernel ran backwards
+    assert grid.reversed_grids >= 2  # the gates kernel (which zeroes the counts) and the overlapped one ran backwards
     assert np.array_equal(o_rev, o_fwd) and np.array_equal(h_rev, h_fwd)
 
 
@@ -213,14 +214,12 @@ def test_split_pipelines(monkeypatch, recurrence, T, C, K, V, with_h0):
     """The split schedule's pipelined kernels at their edges: the output kernel's slabs (K' / SR of S_c and C / SR of
     values per pass of 2 C columns: two passes at V = 36 > 2 C = 32; at C = 64, K' = 64 four slabs, so a buffer
     is reused; rows past T zero-filled in a short last chunk), the state kernel's two chunk buffers (an odd number of
-    chunks) and its tables of b, scanned a chunk ahead; the general state kernel (``STATE_KERNEL``, which reads b from
-    the gates kernel's ``bcum``) gives the same states."""
+    chunks) and its gates loaded a chunk ahead; the general state kernel (``STATE_KERNEL``) gives the same states."""
     inp = make(1, T, 2, K, V, recurrence, seed=T + C)
-    assert _kernel_names(inp, C) == ["state", "out"]
+    assert _kernel_names(inp, C) == (["gates"] if recurrence == "decay" else []) + ["state", "out"]
     check(inp, C, with_h0, True)
     o_p, h_p = run(inp, C, with_h0, True)
     monkeypatch.setattr(r3, "STATE_KERNEL", "general")
-    assert _kernel_names(inp, C) == (["gates"] if recurrence == "decay" else []) + ["state", "out"]
     o_g, h_g = run(inp, C, with_h0, True)
     assert rel_err(o_p, o_g) <= TOL_FP32 and rel_err(h_p, h_g) <= TOL_FP32
     monkeypatch.setattr(r3, "STATE_KERNEL", "registers")
@@ -248,7 +247,7 @@ def test_split_deferred(recurrence, B, T, C, K, V):
     with kernels_made(r3, "_out_kernel") as made:
         first, second = r3.split_deferred(d["q"], d["k"], d["v"], d["g"], o, ht, x, K**-0.5, C, tag=".test")
     assert [args for args, _, _ in made] == [(C, r3.padded_k(K), recurrence == "decay", True)]
-    assert [n for n, _ in first] == ["state"]
+    assert [n for n, _ in first] == (["gates"] if recurrence == "decay" else []) + ["state"]
     assert [n for n, _ in second] == ["out"]
     for _, launch in first:
         launch()
@@ -301,12 +300,12 @@ def test_split_schedule_falls_back(monkeypatch):
     schedule is refused."""
     dec = make(1, 20, 1, 16, 8, "decay", seed=31)
     assert r3.split_bytes(1, 20, 1, 16, 8, 64) == 16 * 8 * 4
-    assert _kernel_names(dec, 64) == ["state", "out"]
+    assert _kernel_names(dec, 64) == ["gates", "state", "out"]
     assert _kernel_names(make(1, 20, 1, 16, 8, "gated_delta", seed=32), 64) == ["intra", "state"]
     assert _kernel_names(make(1, 20, 1, 16, 8, "decay", seed=33, dtype=np.float16), 64) == ["intra", "state"]
     assert _kernel_names(make(1, 20, 1, 16, 6, "plain", seed=35), 64) == ["intra", "state"]  # V = 6
-    assert _kernel_names(dec, 16) == ["state", "out"]  # C = 16 at K' = 16: it fits
-    assert _kernel_names(make(1, 20, 1, 64, 8, "decay", seed=36), 16) == ["state", "out"]  # K' = 64
+    assert _kernel_names(dec, 16) == ["gates", "state", "out"]  # C = 16 at K' = 16: it fits
+    assert _kernel_names(make(1, 20, 1, 64, 8, "decay", seed=36), 16) == ["gates", "state", "out"]  # K' = 64
     assert _kernel_names(make(1, 20, 1, 128, 8, "decay", seed=36), 16) == ["intra", "state"]  # C = 16 at K' = 128
     monkeypatch.setattr(r3, "SPLIT_MAX_BYTES", r3.split_bytes(1, 20, 1, 16, 8, 64) - 1)
     assert _kernel_names(dec, 64) == ["intra", "state"]
@@ -597,3 +596,34 @@ def test_wy_inverse_against_numpy(C):
     assert rel_err(kk, (beta * np.exp(b))[:, None] * k) < TOL_FP32
     a[C - 1, 0] += 1e-2  # a broken inverse must fail: one entry of the last block row off
     assert rel_err(a, want) >= TOL_FP32
+
+
+@pytest.mark.parametrize("C,T,H,zero", [(64, 150, 3, True), (16, 37, 2, False), (32, 1, 1, True)], ids=str)
+def test_gates_kernel(C, T, H, zero):
+    """The gates kernel: b_t, the in-chunk cumulative log-gates, bit for bit the float32 sums in order (each chunk
+    from zero, loaded in batches of GATES_BATCH: two batches at C = 64), rows past T the chunk's last b, never
+    increasing; float16 gates converted on load; with ``zero`` it also zeroes the overlapped launch's counts (more
+    counts than chunks here), without it leaves them alone."""
+    rng = np.random.default_rng(C + T)
+    B = 2
+    NC = -(-T // C)
+    for dtype in (np.float32, np.float16):
+        g = (-rng.exponential(0.5, size=(B, T, H))).astype(dtype)
+        g[0, 0, 0] = -40.0  # a strong gate: the sums far from zero
+        bcum = cuda.to_device(np.full((B * H, NC * C), np.nan, np.float32))
+        flags = cuda.to_device(np.full(B * H * NC + 5, 7, np.int32))
+        kern = r3._gates_kernel(C, zero)
+        n = B * H * NC + 5
+        kern[-(-n // r3.GATES_THREADS), r3.GATES_THREADS](cuda.to_device(g), bcum, flags)
+        got = bcum.copy_to_host()
+        want = np.zeros((B * H, NC * C), np.float32)
+        for bh in range(B * H):
+            for c in range(NC):
+                acc = np.float32(0.0)
+                for t in range(C):
+                    if c * C + t < T:
+                        acc = np.float32(acc + np.float32(g[bh // H, c * C + t, bh % H]))
+                    want[bh, c * C + t] = acc
+        np.testing.assert_array_equal(got, want)
+        assert np.all(np.diff(got.reshape(B * H, NC, C), axis=2) <= 0)
+        assert (flags.copy_to_host() == (0 if zero else 7)).all()

@@ -78,15 +78,6 @@ def _cp_async16_at_py(sm, i, src, off, nbytes):
     _cp_async16_py(sm, i, src, _flat_index(src, off), nbytes)
 
 
-def _cp_async4_at_py(sm, i, src, off, nbytes):
-    """``sm[i]`` = the element ``off`` elements past ``src``'s first one (0 when ``nbytes`` is 0): the simulator's
-    (synchronous) version of :func:`cp_async4_at`. Like the GPU version it takes 4-byte elements only (the GPU one
-    would copy two float16 as one float32)."""
-    if src.dtype.itemsize != 4:
-        raise TypeError(f"cp_async4_at copies 4-byte elements, got {src.dtype}")
-    sm[i] = src[_flat_index(src, off)] if nbytes else 0.0
-
-
 def _cp_async_wait_all_py():
     """Nothing to wait for: the simulator's copies are synchronous."""
 
@@ -112,7 +103,7 @@ if config.ENABLE_CUDASIM:
     ld4, st4, st2, prefetch_l2, ld1 = _ld4_py, _st_py, _st_py, _prefetch_py, _ld1_py
     cp_async16, cp_async_wait_all = _cp_async16_py, _cp_async_wait_all_py
     cp_async_commit, cp_async_wait_one = _cp_async_commit_py, _cp_async_wait_one_py
-    cp_async16_at, cp_async4_at = _cp_async16_at_py, _cp_async4_at_py
+    cp_async16_at = _cp_async16_at_py
 else:
     from llvmlite import ir
     from numba.cuda import cgutils
@@ -294,33 +285,6 @@ else:
             gary = context.make_array(srcty)(context, builder, args[2])
             gptr = builder.gep(gary.data, [context.cast(builder, args[3], offty, types.intp)])
             return _emit_cp_async16(context, builder, dptr, gptr, nty, args[4])
-
-        return sig, codegen
-
-    @intrinsic
-    def cp_async4_at(typingctx, sm, i, src, off, nbytes):
-        """``cp.async.ca.shared.global``, 4 bytes: copy the element ``off`` elements past ``src``'s first one (a
-        4-byte type: float32, int32) to ``sm[i]``; ``nbytes`` 0 writes a zero instead (reading nothing). For
-        single scalars whose neighbours in memory are not wanted (r3's split walk copies a chunk's gates,
-        ``g[b, t, h]``, a stride of H floats apart, a chunk ahead, holding no registers for them)."""
-        if not isinstance(off, types.Integer) or src.dtype.bitwidth != 32:
-            return None
-        sig = types.void(sm, i, src, off, nbytes)
-
-        def codegen(context, builder, sig, args):
-            smty, ity, srcty, offty, nty = sig.args
-            dptr = _shared_ptr(context, builder, smty, args[0], ity, args[1])
-            gary = context.make_array(srcty)(context, builder, args[2])
-            gptr = builder.gep(gary.data, [context.cast(builder, args[3], offty, types.intp)])
-            i32, i64 = ir.IntType(32), ir.IntType(64)
-            sptr = builder.addrspacecast(dptr, ir.PointerType(dptr.type.pointee, addrspace=3))
-            gglob = builder.addrspacecast(gptr, ir.PointerType(gptr.type.pointee, addrspace=1))
-            fnty = ir.FunctionType(ir.VoidType(), [i32, i64, i32])
-            asm = ir.InlineAsm(fnty, "cp.async.ca.shared.global [$0], [$1], 4, $2;", "r,l,r,~{memory}",
-                               side_effect=True)
-            builder.call(asm, [builder.ptrtoint(sptr, i32), builder.ptrtoint(gglob, i64),
-                               context.cast(builder, args[4], nty, types.int32)])
-            return context.get_dummy_value()
 
         return sig, codegen
 

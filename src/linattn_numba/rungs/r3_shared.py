@@ -468,8 +468,8 @@ BV_DEFAULT = 64
 
 
 # 128-bit loads and stores (moved to linattn_numba.vec so r1's decode step can use them too)
-from ..vec import (cp_async4_at, cp_async16_at, cp_async_commit, cp_async_wait_all,  # noqa: E402
-                   cp_async_wait_one, ld1, ld4, prefetch_l2, st4)
+from ..vec import (cp_async16_at, cp_async_commit, cp_async_wait_all, cp_async_wait_one, ld1, ld4,  # noqa: E402
+                   prefetch_l2, st4)
 
 
 @cuda.jit(device=True, inline="always")
@@ -1492,19 +1492,29 @@ SPLIT_BV = None
 SPLIT_ROWS = None
 SPLIT_WIDE_BLOCKS = 96  # split_tile: 8 x 4 tiles of 64 value columns where they still make this many blocks
 GATES_THREADS = 128
+GATES_BATCH = 32  # gates a thread of the gates kernel loads before it sums them (registers; a divisor of C or C)
 
 
 @functools.lru_cache(maxsize=None)
-def _gates_kernel(C):
+def _gates_kernel(C, zero=False):
     """bcum[bh, t] = b_t, the in-chunk cumulative log-gate (rows past T: b of the chunk's last token, as the intra
-    kernel writes it), one thread per (head, chunk), for the state kernels of a split schedule that read b from
-    ``bcum`` (:data:`STATE_KERNEL` "general" here; r6's own). Until 0000000 it ran before r3's pipelined walk too,
-    which now writes b itself (:func:`_gates_prologue`)."""
+    kernel writes it), one thread per (head, chunk), ``gates(g, bcum, flags)``: the split schedule's state kernel
+    needs b before any output kernel runs, and the intra kernel would reserve ~100 KB of shared memory per block to
+    do it. With ``zero`` the first threads also set ``flags`` to zero (the overlapped launch's counts,
+    :func:`_overlap_kernel`: no launch of their own for them).
 
-    def gates(g, bcum):
+    A thread loads GATES_BATCH gates into registers, then sums them in order (the intra kernel's float32 sum, the
+    same bits) and stores b. Until 0000000 it loaded one gate per sum: the store of b_t before the load of g_{t+1}
+    (the compiler cannot tell that ``bcum`` and ``g`` do not overlap) made every load wait for the one before, 64
+    memory latencies a chunk, 0.023 ms at the standard shape; now C / GATES_BATCH of them."""
+    NB = min(C, GATES_BATCH)
+
+    def gates(g, bcum, flags):
         B, T, H = g.shape
         NC = (T + C - 1) // C
         i = cuda.grid(1)
+        if zero and i < flags.shape[0]:
+            flags[i] = 0
         if i < B * H * NC:
             bh = i // NC
             c = i % NC
@@ -1512,11 +1522,14 @@ def _gates_kernel(C):
             h = bh % H
             t0 = c * C
             n = min(C, T - t0)
+            x = cuda.local.array(NB, float32)
             acc = float32(0.0)
-            for t in range(C):
-                if t < n:
-                    acc += float32(g[b, t0 + t, h])
-                bcum[bh, t0 + t] = acc
+            for tb in range(0, C, NB):
+                for e in range(NB):  # all of the batch's loads in flight before the first sum
+                    x[e] = float32(g[b, t0 + tb + e, h]) if tb + e < n else float32(0.0)
+                for e in range(NB):
+                    acc += x[e]
+                    bcum[bh, t0 + tb + e] = acc
 
     return cuda.jit(gates)
 
@@ -1548,51 +1561,6 @@ def _split_state_layout(C, KP, BV):
     o_k = 0
     o_v = o_k + 2 * C * KS
     return o_k, o_v, o_v + 2 * C * VS
-
-
-@functools.lru_cache(maxsize=None)
-def _gates_prologue(C, KP, NTH):
-    """``prologue(sm, g, bcum, row, b, h, T, tid)``: the split walk's first step, b_t (the in-chunk cumulative
-    log-gates) of every chunk of head (b, h) into ``bcum[row, :]``, before the walk reads them (a chunk ahead) and
-    the output blocks of the overlapped launch read them (behind the walk's fenced counts). Until 0000000 a kernel of
-    its own did this before every split-schedule launch (:func:`_gates_kernel`): ~0.045 ms of the decay forward at
-    the standard shape for a few microseconds of work (one thread per chunk, its loads one at a time).
-
-    In passes of CB = min(NTH, 2 C (K' + 4) // (C + 4)) chunks (the space of the walk's K buffers, free until its
-    first copies; 128 chunks, the whole standard shape, in one pass): thread i copies the C gates of its chunk by
-    4-byte ``cp.async`` (:func:`linattn_numba.vec.cp_async4_at`: all in flight at once, no registers held; zeros past
-    the sequence's end) into a row of C + 4 floats (rows 4 banks apart), waits for them, and sums them in order, t =
-    0 .. C - 1, writing b four at a time: the float32 sum in the gates kernel's and the intra kernel's order, so b is
-    the same bit for bit, and non-increasing (each step adds a g_t <= 0). A barrier ends each pass (the space is
-    reused; the block's threads then read each other's rows of ``bcum``)."""
-    GS = C + 4
-    CB = min(NTH, (2 * C * (KP + 4)) // GS)
-
-    def prologue(sm, g, bcum, row, b, h, T, tid):
-        NC = (T + C - 1) // C
-        s1 = g.strides[1] // 4
-        g0 = b * (g.strides[0] // 4) + h * (g.strides[2] // 4)  # g[b, 0, h]
-        for base in range(0, NC, CB):
-            j = base + tid
-            mine = tid < CB and j < NC
-            t0 = j * C
-            n = min(C, T - t0)
-            if mine:
-                for t in range(C):
-                    cp_async4_at(sm, tid * GS + t, g, g0 + (t0 + t) * s1 if t < n else g0, 4 if t < n else 0)
-            cp_async_wait_all()
-            if mine:
-                acc = float32(0.0)
-                for t in range(0, C, 4):
-                    x = ld4(sm, tid * GS + t)
-                    a0 = acc + x[0]
-                    a1 = a0 + x[1]
-                    a2 = a1 + x[2]
-                    acc = a2 + x[3]
-                    st4(bcum, (row, t0 + t), (a0, a1, a2, acc))
-            cuda.syncthreads()  # the gates' space free again; this pass's rows of bcum written for the block
-
-    return cuda.jit(device=True, inline="always")(prologue)
 
 
 @functools.lru_cache(maxsize=None)
@@ -1684,10 +1652,10 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False, rows=4):
     """The split schedule's state kernel: :func:`_split_state_body` on block (x, y) = (value tile, b H + h)."""
     body = _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, False)
 
-    def split_state(k, v, g, bcum, h0, ht, hs, lg):
+    def split_state(k, v, bcum, h0, ht, hs, lg):
         """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk."""
         none = cuda.local.array(1, types.int32)  # no flags: the walk signals nobody (never touched)
-        body(cuda.shared.array(0, float32), k, v, g, bcum, h0, ht, hs, lg, cuda.blockIdx.x, cuda.blockIdx.y, none)
+        body(cuda.shared.array(0, float32), k, v, bcum, h0, ht, hs, lg, cuda.blockIdx.x, cuda.blockIdx.y, none)
 
     if config.ENABLE_CUDASIM:
         return cuda.jit(split_state)
@@ -1697,17 +1665,15 @@ def _split_state_kernel(C, KP, BV, has_g, has_h0, has_ht, has_lg=False, rows=4):
 
 @functools.lru_cache(maxsize=None)
 def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
-    """The split schedule's state walk (a device function, ``body(sm, k, v, g, bcum, h0, ht, hs, lg, x, bh, flags)``
+    """The split schedule's state walk (a device function, ``body(sm, k, v, bcum, h0, ht, hs, lg, x, bh, flags)``
     for value tile x of head bh; :func:`_split_state_kernel` and :func:`_overlap_kernel` run it):
     :func:`_state_kernel` in state-only mode with ``store`` (the additive family), its staging overlapped with its
     products. Chunk c + 1's rows of K and value tile are copied by
     ``cp.async`` (:func:`_rows_copier`) into the second of two buffers while chunk c's ``S <- gamma_C S + K^T
     diag(gamma_C / gamma) V`` runs on the first; each thread scales the value rows it copied by gamma_C / gamma_t
     once they have landed. Two barriers per chunk (staged; read), no L2 prefetch (the copies are a chunk ahead).
-    With gates it first writes every chunk's b to its own row of ``bcum``, x B H + bh (:func:`_gates_prologue`);
-    the output kernel reads value tile 0's rows. The general kernel stages by loads into registers after each
-    chunk's product: its staging was 18.5 % of its instructions and 32.5 % of its warp-stall samples (waiting on
-    global memory), ``figures/data/probes``.
+    The general kernel stages by loads into registers after each chunk's product: its staging was 18.5 % of its
+    instructions and 32.5 % of its warp-stall samples (waiting on global memory), ``figures/data/probes``.
 
     Thread map and the product as :func:`_state_kernel`'s P2 (S in registers, 4 x 4 tiles by :func:`_quad_map`).
     Every chunk's starting state S_c goes to ``hs[bh, c KP + row, column]`` (rows past K are zero). Sizes as
@@ -1735,12 +1701,10 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
     cp_v = _rows_copier(C, BV, NTH, False)
     JV, gates_v, factors_v, scale_v = _rows_scaler(C, BV, NTH)
     JV1 = JV + 1
-    gates_all = _gates_prologue(C, KP, NTH)
 
-    def split_state(sm, k, v, g, bcum, h0, ht, hs, lg, x, bh, flags):
+    def split_state(sm, k, v, bcum, h0, ht, hs, lg, x, bh, flags):
         """Value columns x * BV .. x * BV + BV - 1 of head bh, carried through every chunk."""
         T, H, K = k.shape[1], k.shape[2], k.shape[3]
-        grow = x * (k.shape[0] * H) + bh  # this walker's row of bcum (the output blocks read value tile 0's)
         V = v.shape[3]
         NC = (T + C - 1) // C
         b = bh // H
@@ -1759,11 +1723,9 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
                 S[4 * i + j] = float32(0.0)
                 if has_h0 and rg * TR + i < K and v0 + cg * 4 + j < V:
                     S[4 * i + j] = h0[b, h, rg * TR + i, v0 + cg * 4 + j]
-        if has_g:
-            gates_all(sm, g, bcum, grow, b, h, T, tid)
         if NC > 0:  # chunk 0 into buffer 0
             if has_g:
-                gates_v(bcum, grow, 0, min(C, T), tid, bj)
+                gates_v(bcum, bh, 0, min(C, T), tid, bj)
             cp_k(sm, O_K, KS, k, b, h, 0, min(C, T), K, 0, tid)
             cp_v(sm, O_V, VS, v, b, h, 0, min(C, T), V, v0, tid)
         cp_async_commit()
@@ -1793,7 +1755,7 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
                     lsum += bj[JV]
                 factors_v(bj, n, tid, fj)
                 if c + 1 < NC:
-                    gates_v(bcum, grow, t0 + C, min(C, T - t0 - C), tid, bj)  # used by the next chunk
+                    gates_v(bcum, bh, t0 + C, min(C, T - t0 - C), tid, bj)  # used by the next chunk
             cp_async_wait_one()  # this thread's copies of chunk c have landed
             if has_g:
                 scale_v(sm, O_V + p * C * VS, VS, tid, fj)
@@ -2091,8 +2053,7 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
 
     ``wait`` (:func:`_overlap_kernel`, where the state walk runs beside this block): once K's and Q's copies are
     issued, one thread waits until ``flags[1 + bh NC + c]`` counts ``ntiles`` (every value tile of S_c stored by
-    the walk), then a barrier; only then are b (which the walk wrote before its first count) and S_c's first slab
-    copied."""
+    the walk), then a barrier; only then is S_c's first slab copied."""
     C4 = C // 4
     NTH = C4 * C4
     KS, CS = KP + 4, C + 4
@@ -2137,7 +2098,7 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
         t0 = c * C
         n = min(C, T - t0)
         NSL = ((V + CBW - 1) // CBW) * NSP
-        if has_g and not wait and tid < C // 4:  # b by cp.async too (into registers, its wait stalled the prologue)
+        if has_g and tid < C // 4:  # b by cp.async too (loaded into registers, its wait stalled the prologue)
             cp_async16_at(sm, O_B + 4 * tid, bcum, bh * (bcum.strides[0] // 4) + t0 + 4 * tid, 16)
         cp_rows(sm, O_R, KS, k, b, h, t0, n, K, 0, tid)
         cp_rows(sm, O_Q, KS, q, b, h, t0, n, K, 0, tid)
@@ -2148,10 +2109,7 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
                 while cuda.atomic.add(flags, fi, 0) < ntiles:  # an atomic read: from L2, never a stale copy
                     _backoff()
                 cuda.threadfence()  # what the walk stored before its count, before anything this block reads
-            cuda.syncthreads()  # S_c (and b, written by the walk's first step) there for every thread of the block
-            if has_g and tid < C // 4:  # b in a group of its own: the wait below leaves only slab 0 in flight
-                cp_async16_at(sm, O_B + 4 * tid, bcum, bh * (bcum.strides[0] // 4) + t0 + 4 * tid, 16)
-            cp_async_commit()
+            cuda.syncthreads()  # S_c is there for every thread of the block
         issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[0], COL0[0], buf(0), tid)  # slab 0 into X0: lands during the scores
         cp_async_commit()
         cp_async_wait_one()
@@ -2283,7 +2241,7 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
     out = _out_body(C, KP, has_g, False, products, pad, True)
     SLOT = max(_split_state_layout(C, KP, BV)[-1], out_floats)  # the ticket, past both roles' arrays
 
-    def overlap(q, k, v, g, bcum, h0, ht, hs, o, scale, flags, nwalk, ntiles):
+    def overlap(q, k, v, bcum, h0, ht, hs, o, scale, flags, nwalk, ntiles):
         """Block with ticket t: value tile t mod ntiles of head t // ntiles walks (t < nwalk), else the output of
         chunk u // (B H) of head u mod (B H), u = t - nwalk."""
         sm = cuda.shared.array(0, float32)
@@ -2293,7 +2251,7 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
         cuda.syncthreads()  # the ticket, for every thread
         t = smi[SLOT]
         if t < nwalk:
-            walk(sm, k, v, g, bcum, h0, ht, hs, bcum, t % ntiles, t // ntiles, flags)
+            walk(sm, k, v, bcum, h0, ht, hs, bcum, t % ntiles, t // ntiles, flags)
         else:
             u = t - nwalk
             BH = q.shape[0] * q.shape[2]
@@ -2453,10 +2411,8 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
 
 
 def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None, tag="", out_kernel=None):
-    """The split schedule's launches (``launches`` checked that it fits): the state kernel in state-only mode
-    storing S_c to ``hs`` (value tile and tiling by :func:`split_tile`; with g it first writes the cumulative
-    log-gates ``bcum``, :func:`_gates_prologue`), the output kernel. :data:`STATE_KERNEL` "general" (the fused
-    schedule's state kernel, for comparison) reads ``bcum`` from the gates kernel, launched first. With
+    """The split schedule's launches (``launches`` checked that it fits): gates (with g), the state kernel in
+    state-only mode storing S_c to ``hs`` (value tile and tiling by :func:`split_tile`), the output kernel. With
     ``x`` (:func:`split_deferred`: ``h0`` is None) the state kernel also stores the log decays ``lg`` and the output
     kernel adds exp(lg_c) x to every S_c. ``tag`` names the scratch buffers (r4 keeps several sets alive).
     ``out_kernel``: another output kernel with this one's arguments, ``out_kernel(C, KP, has_g, has_x) -> (kernel,
@@ -2471,12 +2427,10 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     has_g, has_x = g is not None, x is not None
     f4 = np.dtype(np.float32).itemsize
     BV, rows = split_tile(C, KP, BH, V, bv)
-    # a row of b per walker (value tile x of head bh: row x B H + bh), each writing its own; the output reads x = 0's
-    bcum = _scratch("bcum" + tag, (cdiv(V, BV) * BH, NC * C), stream) if has_g else or_dummy(None, 2)
+    bcum = _scratch("bcum" + tag, (BH, NC * C), stream) if has_g else or_dummy(None, 2)
     hs = _scratch("hs" + tag, (BH, NC * KP, V), stream)
     lg = _scratch("lg" + tag, (BH, NC), stream) if has_g and has_x else or_dummy(None, 2)
     d3 = or_dummy(None, 3)
-    g3 = or_dummy(g, 3)
     todo = []
     if STATE_KERNEL not in STATE_KERNELS:
         raise ValueError(f"rung {NAME!r}: STATE_KERNEL must be one of {STATE_KERNELS}, got {STATE_KERNEL!r}")
@@ -2484,12 +2438,8 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         smem_s = _split_state_layout(C, KP, BV)[-1] * f4
         kern_s = _split_state_kernel(C, KP, BV, has_g, h0 is not None, ht is not None, has_g and has_x, rows)
         nth_s = split_state_threads(KP, BV, rows)
-        args_s = (k, v, g3, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, lg)
+        args_s = (k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, lg)
     else:
-        if has_g:
-            kern_g = _gates_kernel(C)
-            todo.append(("gates", lambda: _launch(kern_g, cdiv(BH * NC, GATES_THREADS), GATES_THREADS, 0, stream,
-                                                  (g, bcum))))
         smem_s = _state_layout(C, KP, BV)[-1] * f4
         kern_s = _state_kernel(C, KP, BV, has_g, False, False, h0 is not None, ht is not None, True, True)
         nth_s = (KP // 4) * (BV // 4)
@@ -2499,19 +2449,30 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         parts = (_out_fma_products(C, KP), 0, _out_layout(C, KP)[-1])
     else:
         parts = getattr(out_kernel, "parts", lambda C_, KP_: None)(C, KP)
-    if (OVERLAP and STATE_KERNEL == "pipelined" and not has_x and parts is not None
-            and nth_s == (C // 4) ** 2):  # both roles in one launch (_overlap_kernel)
+    overlap = (OVERLAP and STATE_KERNEL == "pipelined" and not has_x and parts is not None
+               and nth_s == (C // 4) ** 2)  # both roles in one launch (_overlap_kernel)
+    if has_g and not overlap:
+        kern_g = _gates_kernel(C)
+        todo.append(("gates", lambda: _launch(kern_g, cdiv(BH * NC, GATES_THREADS), GATES_THREADS, 0, stream,
+                                              (g, bcum, _flags(1, stream)))))
+    if overlap:
         products, pad, out_floats = parts
         kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats)
         flags = _flags(1 + BH * NC, stream)
         nwalk = cdiv(V, BV) * BH
-        args_v = (q, k, v, g3, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags,
-                  np.int32(nwalk), np.int32(cdiv(V, BV)))
+        args_v = (q, k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags, np.int32(nwalk),
+                  np.int32(cdiv(V, BV)))
         smem_v = overlap_bytes(C, KP, BV, out_floats)
+        kern_z = _gates_kernel(C, True) if has_g else None
 
         def overlapped():
-            # the counts start from zero at every launch: one launch, so that the kernel timed alone is whole
-            _launch(_zero_flags, cdiv(1 + BH * NC, 256), 256, 0, stream, (flags,))
+            # the counts start from zero at every launch: one launch, so that the kernel timed alone is whole; with
+            # gates the gates kernel zeroes them (one launch fewer)
+            if has_g:
+                _launch(kern_z, cdiv(max(BH * NC, 1 + BH * NC), GATES_THREADS), GATES_THREADS, 0, stream,
+                        (g, bcum, flags))
+            else:
+                _launch(_zero_flags, cdiv(1 + BH * NC, 256), 256, 0, stream, (flags,))
             _launch(kern_v, nwalk + NC * BH, nth_s, smem_v, stream, args_v)
 
         todo.append(("overlap", overlapped))
@@ -2618,10 +2579,10 @@ def compile_targets():
                     for bv_, rows_, lab in ((64, 8, ""), (32, 4, ",4x4")):
                         yield (f"split_state[{rec}{lab}]", _split_state_kernel(C, KP, bv_, has_g, True, True, False,
                                                                                 rows_).py_func,
-                               (x4, x4, g_t, s2, a4, a4, s3, s2))
+                               (x4, x4, s2, a4, a4, s3, s2))
                         yield (f"split_state[{rec},lg{lab}]", _split_state_kernel(C, KP, bv_, has_g, False, True,
                                                                                    has_g, rows_).py_func,
-                               (x4, x4, g_t, s2, s4, a4, s3, s2))
+                               (x4, x4, s2, s4, a4, s3, s2))
                     # both in one launch (OVERLAP), in both tilings: 8 x 4 as the standard shape runs it (no h0 /
                     # ht), 4 x 4 with h0 and ht (the GPU tier's shapes)
                     i1 = types.Array(types.int32, 1, "C")
@@ -2629,11 +2590,13 @@ def compile_targets():
                         yield (f"overlap[{rec}{lab}]",
                                _overlap_kernel(C, KP, bv_, rows_, has_g, st, st, _out_fma_products(C, KP), 0,
                                                _out_layout(C, KP)[-1]).py_func,
-                               (x4, x4, x4, g_t, s2, a4 if st else s4, a4 if st else s4, s3, a4, f32, i1,
-                                types.int32, types.int32))
+                               (x4, x4, x4, s2, a4 if st else s4, a4 if st else s4, s3, a4, f32, i1, types.int32,
+                                types.int32))
                     yield (f"out[{rec}]", _out_kernel(C, KP, has_g).py_func, (x4, x4, x4, s2, s3, a4, f32, s4, s2))
                     yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True).py_func,
                            (x4, x4, x4, s2, s3, a4, f32, a4, s2))
     yield ("zero_flags", _zero_flags.py_func, (types.Array(types.int32, 1, "C"),))
-    yield ("gates[float32]", _gates_kernel(C).py_func, (array_type(np.float32, 3), s2))
-    yield ("gates[float16]", _gates_kernel(C).py_func, (array_type(np.float16, 3), s2))
+    i1 = types.Array(types.int32, 1, "C")
+    yield ("gates[float32]", _gates_kernel(C).py_func, (array_type(np.float32, 3), s2, i1))
+    yield ("gates[float16]", _gates_kernel(C).py_func, (array_type(np.float16, 3), s2, i1))
+    yield ("gates[float32,zero]", _gates_kernel(C, True).py_func, (array_type(np.float32, 3), s2, i1))

@@ -1247,7 +1247,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
         if has_g:
             kern_g = _gates_kernel(C)
             todo.append(("gates", lambda: r3._launch(kern_g, cdiv(BH * NC, GATES_THREADS), GATES_THREADS, 0, stream,
-                                                     (g, bcum))))
+                                                     (g, bcum, r3._flags(1, stream)))))
         smem_s = _state_layout(C, KP, BV)[-1] * np.dtype(np.float32).itemsize
         kern_s = _state_kernel(C, KP, BV, has_g, False, False, h0 is not None, ht is not None, vin, three, True)
         args_s = (q, k, v, bcum, dummy3, dummy3, dummy3, dummy3, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(None, 4),
@@ -1338,5 +1338,6 @@ def compile_targets():
                     yield (f"intra_tc[{rec}]", _intra_delta_kernel(C, KP, has_g, True).py_func,
                            (x4, x4, x4, array_type(np.float32, 3) if has_g else s3, array_type(np.float32, 3), s2, s3,
                             s3, s3, s3))
-    yield ("gates[float32]", _gates_kernel(C).py_func, (array_type(np.float32, 3), s2))
-    yield ("gates[float16]", _gates_kernel(C).py_func, (array_type(np.float16, 3), s2))
+    i1 = types.Array(types.int32, 1, "C")
+    yield ("gates[float32]", _gates_kernel(C).py_func, (array_type(np.float32, 3), s2, i1))
+    yield ("gates[float16]", _gates_kernel(C).py_func, (array_type(np.float16, 3), s2, i1))
