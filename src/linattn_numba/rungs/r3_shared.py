@@ -245,7 +245,8 @@ schedule computes it inside the sequential walk: one block of 512 threads per SM
 shape) issues both products. ``schedule="split"`` takes it out, as fla's chunk kernels do (and r6 on the tensor
 cores), at the price of a buffer of every chunk's starting state::
 
-    gates   (heads x chunks threads)        bcum = in-chunk cumulative log-gates                     (decay only)
+    gates   (heads x chunks threads)        bcum = in-chunk cumulative log-gates (decay only; :func:`_gates_kernel`:
+                                            32 loads in flight a thread; it also zeroes the overlapped launch's counts)
     state   grid (V / BV, B H), 256         per chunk: hs[c] = S (4 128-bit stores a thread), then
             threads (:func:`_split_state_   S <- gamma_C S + K^T diag(gamma_C / gamma) V (P2 only; BV = 64 in
             kernel`)                        8 x 4 tiles, :func:`split_tile`: two blocks per SM, 128 blocks);
@@ -399,6 +400,32 @@ beside them is inferred, not measured.) r6's output kernel, on the tensor cores,
 ``OVERLAP``, off). The bench beside fla (``figures/data/h200_r6_pipe_f0ac321.json``, the README's rows): r3 plain
 1.335 / decay 1.446 ms against fla 0.814 / 0.878 (1.64x / 1.65x). compute-sanitizer (memcheck, racecheck,
 synccheck) on both tilings: nothing reported (``figures/data/h200_sanitize_par_f0ac321.txt``).
+
+The gates kernel, with the decay forward at 1.446 ms, took 0.023 ms of it, plus the gap before the next launch
+(forward 1.445 against 1.399 for the overlapped launch with its counts' reset, ``probes/h200_tune_r3_gates_base_*``).
+A thread per (head, chunk) summed its chunk's 64 gates in order, storing each b_t before loading the next gate: the
+compiler cannot tell that ``bcum`` and ``g`` do not overlap, so every load waited for the previous one. Three
+changes were measured on the H200 (decay, standard shape, per kernel, oracle-checked; the first two each in one
+device call with e4f8e6c, which took 1.445 ms both times, the third in a later call;
+``probes/h200_tune_r3_gates_{base,head}_{ee4fcbd,c124ab8}.json``, ``..._head_cbd63da.json``, the logs
+``probes/h200_gates_*.log``):
+
+==========================================================  ==============================  ============
+where b is computed                                         overlapped launch (ms)          forward (ms)
+==========================================================  ==============================  ============
+e4f8e6c: the gates kernel, one load per sum                 1.399, and the gates 0.023      1.445
+ee4fcbd: in each walk and output block, per chunk           1.434                           1.433
+c124ab8: in the walk's first step, every chunk              1.428                           1.426
+cbd63da: the gates kernel, 32 loads in flight (landed)      1.424, the gates kernel in it   1.422
+==========================================================  ==============================  ============
+
+Computed inside the overlapped launch, b cost more than the launch it saved: per chunk, lane 0's 64 dependent
+adds sit on the walk's critical path once a chunk; computed in the walk's first step, the output blocks must
+copy b after waiting for their chunk's count instead of with K's and Q's rows. The landed form keeps both kernels
+as they were and makes the gates kernel cheap: it loads 32 gates before summing them (the same sums in the same
+order: the same bits) and, for the overlapped launch, also zeroes the counts, so the launch count is unchanged.
+Plain attention is unaffected (1.335 ms). The bench beside fla (``figures/data/h200_r3_cbd63da.json``, the README's
+rows): decay 1.420 ms against fla ``chunk_simple_gla`` 0.878 (1.62x), plain 1.339 against 0.812.
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta
@@ -1504,7 +1531,7 @@ def _gates_kernel(C, zero=False):
     :func:`_overlap_kernel`: no launch of their own for them).
 
     A thread loads GATES_BATCH gates into registers, then sums them in order (the intra kernel's float32 sum, the
-    same bits) and stores b. Until 0000000 it loaded one gate per sum: the store of b_t before the load of g_{t+1}
+    same bits) and stores b. Until cbd63da it loaded one gate per sum: the store of b_t before the load of g_{t+1}
     (the compiler cannot tell that ``bcum`` and ``g`` do not overlap) made every load wait for the one before, 64
     memory latencies a chunk, 0.023 ms at the standard shape; now C / GATES_BATCH of them."""
     NB = min(C, GATES_BATCH)
