@@ -1519,7 +1519,7 @@ SPLIT_BV = None
 SPLIT_ROWS = None
 SPLIT_WIDE_BLOCKS = 96  # split_tile: 8 x 4 tiles of 64 value columns where they still make this many blocks
 GATES_THREADS = 128
-GATES_BATCH = 32  # gates a thread of the gates kernel loads before it sums them (registers; a divisor of C or C)
+GATES_BATCH = 32  # gates a thread of the gates kernel loads before it sums them (registers): min(C, 32) divides C
 
 
 @functools.lru_cache(maxsize=None)
@@ -2481,7 +2481,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     if has_g and not overlap:
         kern_g = _gates_kernel(C)
         todo.append(("gates", lambda: _launch(kern_g, cdiv(BH * NC, GATES_THREADS), GATES_THREADS, 0, stream,
-                                              (g, bcum, _flags(1, stream)))))
+                                              (g, bcum, _flags(1, stream)))))  # flags: never touched
     if overlap:
         products, pad, out_floats = parts
         kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats)
@@ -2496,7 +2496,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
             # the counts start from zero at every launch: one launch, so that the kernel timed alone is whole; with
             # gates the gates kernel zeroes them (one launch fewer)
             if has_g:
-                _launch(kern_z, cdiv(max(BH * NC, 1 + BH * NC), GATES_THREADS), GATES_THREADS, 0, stream,
+                _launch(kern_z, cdiv(1 + BH * NC, GATES_THREADS), GATES_THREADS, 0, stream,  # a thread per count
                         (g, bcum, flags))
             else:
                 _launch(_zero_flags, cdiv(1 + BH * NC, 256), 256, 0, stream, (flags,))
