@@ -12,6 +12,9 @@ and its copies are synchronous.
 
 from __future__ import annotations
 
+import math
+import threading
+
 import numpy as np
 from numba import config, types
 
@@ -90,6 +93,25 @@ def _cp_async_wait_one_py():
     """Nothing to wait for: the simulator's copies are synchronous."""
 
 
+def _ld_acquire_py(a, i):
+    """``a[i]`` (the simulator's twin of :func:`ld_acquire`: its threads share Python's memory)."""
+    return a[i]
+
+
+def _exp_approx_py(x):
+    """``exp(x)`` (the simulator's twin of :func:`exp_approx`)."""
+    return math.exp(x)
+
+
+_RED_LOCK = threading.Lock()
+
+
+def _red_release_add_py(a, i, x):
+    """``a[i] += x`` atomically (the simulator's twin of :func:`red_release_add`; its threads are Python threads)."""
+    with _RED_LOCK:
+        a[i] += x
+
+
 CP_ASYNC16_IN_IR = False
 """How :func:`cp_async16` (the tuple-indexed copy of r1 and r5) hands its addresses to the PTX: False, generic
 addresses converted inside the asm; True, pointers cast to the shared and global state spaces in the IR (the form
@@ -101,6 +123,7 @@ nvJitLink does not reproduce (150-157 registers both ways), so reading the SASS 
 
 if config.ENABLE_CUDASIM:
     ld4, st4, st2, prefetch_l2, ld1 = _ld4_py, _st_py, _st_py, _prefetch_py, _ld1_py
+    ld_acquire, red_release_add, exp_approx = _ld_acquire_py, _red_release_add_py, _exp_approx_py
     cp_async16, cp_async_wait_all = _cp_async16_py, _cp_async_wait_all_py
     cp_async_commit, cp_async_wait_one = _cp_async_commit_py, _cp_async_wait_one_py
     cp_async16_at = _cp_async16_at_py
@@ -322,3 +345,71 @@ else:
     cp_async_wait_one = _asm_void("cp.async.wait_group 1;", """``cp.async.wait_group 1``: wait until at most
         one of this thread's committed groups (the most recent) is still in flight: every older group's copies
         have landed in shared memory (visible to this thread; a barrier after it makes them visible to all).""")
+
+    def _int32_ptr(context, builder, aryty, ary_val, idx_ty, idx_val):
+        ary = context.make_array(aryty)(context, builder, ary_val)
+        i = context.cast(builder, idx_val, idx_ty, types.intp)
+        return cgutils.get_item_pointer(context, builder, aryty, ary, [i], wraparound=False)
+
+    @intrinsic
+    def ld_acquire(typingctx, arr, idx):
+        """``a[i]`` of an int32 array in global memory by ``ld.acquire.gpu``: a load that no later memory access
+        of this thread can pass, and that sees what a ``release`` on the same address (:func:`red_release_add`)
+        made visible. One thread spins on it, then a block barrier hands its view to the block (CUTLASS's
+        semaphores wait this way): no separate fence (``threadfence`` is ``fence.sc.gpu``, which also invalidates
+        L1) and no atomic read-modify-write to poll with."""
+        if getattr(arr, "dtype", None) != types.int32 or not isinstance(idx, types.Integer):
+            return None
+        sig = types.int32(arr, idx)
+
+        def codegen(context, builder, sig, args):
+            ptr = _int32_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            asm = ir.InlineAsm(ir.FunctionType(i32, [i64]), "ld.acquire.gpu.b32 $0, [$1];", "=r,l,~{memory}",
+                               side_effect=True)
+            return builder.call(asm, [builder.ptrtoint(ptr, i64)])
+
+        return sig, codegen
+
+    @intrinsic
+    def red_release_add(typingctx, arr, idx, x):
+        """``a[i] += x`` (int32, global memory) by ``red.release.gpu``: an atomic add, with no value returned,
+        that every write this thread has made or seen (other threads' writes before a block barrier it passed
+        included) is visible before. One thread of a block signals with it after a barrier (CUTLASS's barriers
+        arrive this way), where every thread would otherwise fence (``threadfence``) before one thread adds."""
+        if getattr(arr, "dtype", None) != types.int32 or not isinstance(idx, types.Integer) \
+                or not isinstance(x, types.Integer):
+            return None
+        sig = types.void(arr, idx, x)
+
+        def codegen(context, builder, sig, args):
+            ptr = _int32_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            val = context.cast(builder, args[2], sig.args[2], types.int32)
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i32]), "red.release.gpu.add.s32 [$0], $1;",
+                               "l,r,~{memory}", side_effect=True)
+            builder.call(asm, [builder.ptrtoint(ptr, i64), val])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    _LOG2E = 1.4426950408889634
+
+    @intrinsic
+    def exp_approx(typingctx, x):
+        """``exp(x)`` for float32 x <= 0 as ``ex2.approx.ftz.f32(x log2 e)``: one multiply and one MUFU.EX2, where
+        ``math.exp`` (libdevice's ``expf``) spends 9 instructions on range reduction for full accuracy. Relative
+        error about 2^-22 from ``ex2.approx`` plus |x| 2^-24 ln 2 from rounding x log2 e (below 3e-6 for x > -88,
+        where exp(x) is still a normal float32; results below 2^-126 flush to 0). r3's exponents are differences of
+        in-chunk cumulative log-gates, <= 0, so nothing overflows here either."""
+        if not isinstance(x, types.Float):
+            return None
+        sig = types.float32(x)
+
+        def codegen(context, builder, sig, args):
+            f32 = ir.FloatType()
+            y = builder.fmul(context.cast(builder, args[0], sig.args[0], types.float32), ir.Constant(f32, _LOG2E))
+            asm = ir.InlineAsm(ir.FunctionType(f32, [f32]), "ex2.approx.ftz.f32 $0, $1;", "=f,f")
+            return builder.call(asm, [y])
+
+        return sig, codegen

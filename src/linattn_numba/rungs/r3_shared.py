@@ -496,7 +496,7 @@ BV_DEFAULT = 64
 
 # 128-bit loads and stores (moved to linattn_numba.vec so r1's decode step can use them too)
 from ..vec import (cp_async16_at, cp_async_commit, cp_async_wait_all, cp_async_wait_one, ld1, ld4,  # noqa: E402
-                   prefetch_l2, st4)
+                   exp_approx, ld_acquire, prefetch_l2, red_release_add, st4)
 
 
 @cuda.jit(device=True, inline="always")
@@ -947,7 +947,7 @@ def _scores(sm, O_K, O_Q, O_AQK, O_LA, O_B, O_BETA, KS, CS, C4, KP, tid, has_g, 
             lt = j < i or tc < tr  # s < t
             dec = float32(1.0)
             if has_g and le:
-                dec = math.exp(bt - sm[O_B + s])  # b_t - b_s <= 0: never overflows
+                dec = exp_approx(bt - sm[O_B + s])  # b_t - b_s <= 0: never overflows
             if out:
                 sm[O_AQK + t * CS + s] = acc_qk[4 * i + j] * dec if le else float32(0.0)
             if delta:
@@ -1614,7 +1614,7 @@ def _rows_scaler(ROWS, COLS, NTH):
         tf = tid // QPR
         for j in range(J):
             t = tf + j * RSTEP
-            fj[j] = math.exp(bj[J] - bj[j]) if t < n else float32(0.0)  # b_t >= b_last: never overflows
+            fj[j] = exp_approx(bj[J] - bj[j]) if t < n else float32(0.0)  # b_t >= b_last: never overflows
 
     def scale(sm, off, stride, tid, fj):
         d = 4 * (tid % QPR)
@@ -1760,10 +1760,11 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
             t0 = c * C
             n = min(C, T - t0)
             p = c % 2
-            if signal and c > 0:
-                # S_{c-1}'s stores (a chunk ago: done by now, so this waits on little) visible to the whole GPU
-                # before the count below tells the output blocks of chunk c - 1 that they may read it
-                cuda.threadfence()
+            if signal and c > 0 and tid == 0:
+                # one more value tile of S_{c-1} stored: every thread stored its part a chunk ago, before chunk c - 1's
+                # last barrier, which this thread has passed, so its release makes them all visible before the count
+                # (and it waits on little: those stores have landed, this chunk's are not issued yet)
+                red_release_add(flags, 1 + bh * NC + c - 1, 1)
             if c + 1 < NC:  # chunk c + 1 into the other buffer: last read by chunk c - 1, before its last barrier
                 n1 = min(C, T - t0 - C)
                 cp_k(sm, O_K + (1 - p) * C * KS, KS, k, b, h, t0 + C, n1, K, 0, tid)
@@ -1775,7 +1776,7 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
                                                                        S[4 * i + 3]))
             gc = float32(1.0)
             if has_g:
-                gc = math.exp(bj[JV])  # gamma_C
+                gc = exp_approx(bj[JV])  # gamma_C
                 if has_lg:
                     if tid == 0 and cuda.blockIdx.x == 0:
                         lg[bh, c] = lsum
@@ -1787,8 +1788,6 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
             if has_g:
                 scale_v(sm, O_V + p * C * VS, VS, tid, fj)
             cuda.syncthreads()  # chunk c's K rows and (scaled) values in place for all
-            if signal and c > 0 and tid == 0:  # every thread's fence above is behind this barrier
-                cuda.atomic.add(flags, 1 + bh * NC + c - 1, 1)  # one more value tile of S_{c-1} stored
             if has_g:
                 for e in range(TS):
                     S[e] *= gc
@@ -1808,11 +1807,8 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
                     _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 12) * KS, KS, pv + (t16 + 12) * VS, VS)
             cuda.syncthreads()  # chunk c's buffers are read: chunk c + 2 goes there
         cp_async_wait_all()
-        if signal and NC > 0:  # the last chunk's S_c, as above
-            cuda.threadfence()
-            cuda.syncthreads()  # every thread's fence before the count
-            if tid == 0:
-                cuda.atomic.add(flags, 1 + bh * NC + NC - 1, 1)
+        if signal and NC > 0 and tid == 0:  # the last chunk's S_c, as above (stored before the loop's last barrier)
+            red_release_add(flags, 1 + bh * NC + NC - 1, 1)
         if has_ht:
             for i in range(TR):
                 for j in range(4):
@@ -1997,7 +1993,7 @@ def _out_fma_products(C, KP):
     @cuda.jit(device=True, inline="always")
     def fma_gate(sm, acc, ctx):
         for i in range(4):
-            gr = math.exp(sm[O_B + ctx[i]])  # gamma_t = exp(b_t) <= 1
+            gr = exp_approx(sm[O_B + ctx[i]])  # gamma_t = exp(b_t) <= 1
             for e in range(8):
                 acc[8 * i + e] *= gr
 
@@ -2131,16 +2127,19 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
         cp_rows(sm, O_Q, KS, q, b, h, t0, n, K, 0, tid)
         cp_async_commit()
         if wait:
-            if tid == 0:
+            if tid == 0:  # S_c's count, read while K's and Q's rows are on their way
                 fi = 1 + bh * ((T + C - 1) // C) + c
-                while cuda.atomic.add(flags, fi, 0) < ntiles:  # an atomic read: from L2, never a stale copy
+                while ld_acquire(flags, fi) < ntiles:  # acquire: nothing this block reads later can pass it
                     _backoff()
-                cuda.threadfence()  # what the walk stored before its count, before anything this block reads
-            cuda.syncthreads()  # S_c is there for every thread of the block
-        issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[0], COL0[0], buf(0), tid)  # slab 0 into X0: lands during the scores
-        cp_async_commit()
-        cp_async_wait_one()
-        cuda.syncthreads()  # K's and Q's rows and b in place
+            cp_async_wait_all()
+            cuda.syncthreads()  # K's and Q's rows and b in place; S_c is there (thread 0 saw the walk's releases)
+            issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[0], COL0[0], buf(0), tid)  # slab 0 lands during the scores
+            cp_async_commit()
+        else:
+            issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[0], COL0[0], buf(0), tid)  # slab 0 into X0: during the scores
+            cp_async_commit()
+            cp_async_wait_one()
+            cuda.syncthreads()  # K's and Q's rows and b in place
         _scores(sm, O_R, O_Q, O_AQK, O_AQK, O_B, O_B, KS, CS, C4, KP, tid, has_g, False, True)
         cp_async_wait_all()
         w = float32(1.0)
