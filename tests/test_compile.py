@@ -55,3 +55,37 @@ def test_both_cp_async16_forms_compile():
     (asm_copies, asm_cvta), (ir_copies, ir_cvta) = counts["False"], counts["True"]
     assert asm_copies == ir_copies > 0
     assert asm_cvta >= asm_copies and ir_cvta < asm_cvta
+
+
+_SYNC_EXP = r"""
+from numba import cuda, float32, int32
+from linattn_numba.vec import exp_approx, ld_acquire, red_release_add
+
+def k(flags, x, y):
+    i = cuda.grid(1)
+    if i == 0:
+        red_release_add(flags, 1, 1)
+        while ld_acquire(flags, 0) < 1:
+            pass
+    if i < x.shape[0]:
+        y[i] = exp_approx(x[i])
+
+ptx, _ = cuda.compile_ptx(k, (int32[:], float32[:], float32[:]), cc=(9, 0))
+for s in ("red.release.gpu.add.s32", "ld.acquire.gpu.b32", "ex2.approx.ftz.f32", "fence.sc", "membar"):
+    print(s, ptx.count(s))
+"""
+
+
+@pytest.mark.compile
+def test_release_acquire_and_exp_approx_compile():
+    """The overlapped launch's signalling (``vec.red_release_add`` by the walk, ``vec.ld_acquire`` by a waiting output
+    block) and ``vec.exp_approx`` compile for sm_90 to one PTX instruction each, with no full fence beside them (what
+    ``threadfence`` was: ``fence.sc.gpu``, and with it an L1 invalidation). The spin loop may be rotated (its load
+    written twice)."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    r = subprocess.run([sys.executable, "-c", _SYNC_EXP], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    counts = {line.rsplit(None, 1)[0]: int(line.rsplit(None, 1)[1]) for line in r.stdout.splitlines()}
+    assert counts["red.release.gpu.add.s32"] == 1 and counts["ld.acquire.gpu.b32"] >= 1, counts  # the loop rotated
+    assert counts["ex2.approx.ftz.f32"] == 1, counts
+    assert counts["fence.sc"] == 0 and counts["membar"] == 0, counts

@@ -173,6 +173,34 @@ def test_overlap_any_block_order(monkeypatch):
     assert np.array_equal(o_rev, o_fwd) and np.array_equal(h_rev, h_fwd)
 
 
+def test_signal_and_exp_twins():
+    """The simulator's twins of the overlapped launch's signalling and of r3's exponential: ``red_release_add`` loses
+    no increment among a block's threads (Python threads: a lock, where ``a[i] += x`` alone could), ``ld_acquire``
+    reads what the block's barrier published, ``exp_approx`` is ``exp``. The GPU forms: ``test_compile``'s
+    ``test_release_acquire_and_exp_approx_compile``, ``test_gpu``'s ``test_exp_approx_accuracy``."""
+    from numba import config
+
+    if not config.ENABLE_CUDASIM:
+        pytest.skip("the simulator's twins (on a GPU blocks run at once)")
+    from linattn_numba.vec import exp_approx, ld_acquire, red_release_add
+
+    @cuda.jit
+    def k(flags, seen, y):
+        i = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        red_release_add(flags, 1, 2)
+        cuda.syncthreads()
+        seen[i] = ld_acquire(flags, 1)
+        y[i] = exp_approx(float32(-0.125) * i)
+
+    flags = np.zeros(2, np.int32)
+    seen = np.zeros(64, np.int32)
+    y = np.zeros(64, np.float32)
+    k[2, 32](flags, seen, y)
+    assert flags.tolist() == [0, 128]
+    assert sorted(set(seen[:32].tolist()) | set(seen[32:].tolist())) == [64, 128]  # blocks run one after another
+    assert np.allclose(y, np.exp(-0.125 * np.arange(64)), rtol=1e-6)
+
+
 def test_overlap_needs_equal_blocks():
     """Blocks of one grid have one size: the overlapped kernel refuses a walk whose blocks differ from the output's
     (and ``launches`` then keeps two launches: K = 24, V = 12 at C = 64, test_split_schedule)."""
