@@ -144,7 +144,8 @@ BV_DEFAULT = 64
 
 # ==========================================================================================================
 # Given: the building blocks your kernels call, imported from the package's rung (one implementation for the
-# rung and the skeleton): 128-bit accesses (ld4, st4, prefetch_l2 from linattn_numba.vec), the 4x4 micro-tile
+# rung and the skeleton): 128-bit accesses (ld4, st4, prefetch_l2 from linattn_numba.vec; from there too exp_approx,
+# the package's one-instruction exponential, where math.exp is just as right), the 4x4 micro-tile
 # product _mm_nn (and _mm_nn8: 8 steps of the inner dimension per loop step, its loads first; kdim a multiple of
 # 8), the 8-step pieces written out twice per loop step by the package's loops (_scores_step8: 8 steps of the
 # additive scores, which your _scores may call; _p2_rows8: 8 rows of the state update, which your step 5 may
@@ -155,12 +156,12 @@ BV_DEFAULT = 64
 # gates _chunk_gates, and the state kernel's one-call staging _stage_chunk (its fixed-map version: _chunk_stager)
 # and L2 prefetch of the next chunk _chunk_prefetcher (built on _lines_prefetcher and _line_request). Read them in
 # src/linattn_numba/rungs/r3_shared.py (or with inspect.getsource); the launch code below also uses the package's
-# _launch, _rows_aligned and scratch_buffers. The split schedule's pieces (_gates_kernel, _split_state_kernel with
-# its tilings split_tile / split_state_threads / _p2_rows4_tall and its walk _split_state_body, _out_kernel: the slab
-# pipeline _out_pipeline / _out_body with r3's products _out_fma_products, their copiers _rows_copier / _rows_scaler /
-# _rows_adder, the walk and the output in one launch _overlap_kernel with overlap_bytes, _flags, _zero_flags and
-# _backoff, _split_runs, _split_launches, and split_deferred, r4's phases 1 and 3) are given whole: the exercise's
-# forward runs the fused schedule.
+# _launch, _rows_aligned and scratch_buffers. The split schedule's pieces (_gates_kernel and its launch
+# _gates_launch, _split_state_kernel with its tilings split_tile / split_state_threads / _p2_rows4_tall and its walk
+# _split_state_body, _out_kernel: the slab pipeline _out_pipeline / _out_body with r3's products _out_fma_products,
+# their copiers _rows_copier / _rows_scaler / _rows_adder, the walk and the output in one launch _overlap_kernel with
+# overlap_bytes, _flags, _zero_flags and _backoff, _split_runs, _split_launches, and split_deferred, r4's phases 1
+# and 3) are given whole: the exercise's forward runs the fused schedule.
 # ==========================================================================================================
 from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _backoff,
@@ -174,6 +175,7 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _chunk_prefetcher,
     _chunk_stager,
     _gates_kernel,
+    _gates_launch,
     _mm_4x8,
     _mm_4x8_step,
     _out_fma_products,
@@ -217,7 +219,7 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     split_tile,
     wide_state_columns,
 )
-from linattn_numba.vec import ld1, ld4, prefetch_l2, st4  # noqa: E402,F401
+from linattn_numba.vec import exp_approx, ld1, ld4, prefetch_l2, st4  # noqa: E402,F401
 
 
 # ----------------------------------------------------------------------------------------------------------

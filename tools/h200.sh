@@ -55,8 +55,8 @@
 #               (tools/cp_async_probe.py): h200_cp_async_<sha>.json
 #     gates_ab  r3's split schedule per kernel (plain, decay; the standard shape, tools/tune_r3.py) on build/base/src (a
 #               `git archive BASE src` there, carried) and on this tree, then the bench of r3 beside fla's chunk kernel
-#               (plain, decay): h200_tune_r3_gates_{base,head}_<sha>.json, h200_r3_<sha>.json (the walk and the output
-#               computing the cumulative gates themselves, against the gates kernel before them)
+#               (plain, decay): h200_tune_r3_gates_{base,head}_<sha>.json, h200_r3_<sha>.json (how the cumulative
+#               gates are computed, between two commits: figures/data/probes/README.md has the three measured)
 #     r4_gdn_ab  per-kernel GPU times (ncu, gpu__time_duration) of one r4 forward at the long gated delta shape, on
 #               build/base/src (a `git archive BASE src` there, carried) and on this tree: which kernel moved between
 #               two commits (h200_ncu_r4_gdn_{base,head}_<sha>.csv: how phase 3's r1 kernel was found slower,

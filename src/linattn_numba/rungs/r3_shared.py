@@ -1561,6 +1561,18 @@ def _gates_kernel(C, zero=False):
     return cuda.jit(gates)
 
 
+def _gates_launch(g, bcum, C, stream, flags=None):
+    """Launch :func:`_gates_kernel` on ``g`` [B, T, H] into ``bcum`` [>= B H, T']: one thread per (head, chunk),
+    and with ``flags`` (the overlapped launch's counts) the variant that also zeroes them, enough threads for both.
+    r3's split schedule and r6's own call it."""
+    B, T, H = g.shape
+    n = B * H * cdiv(T, C)
+    if flags is not None:
+        n = max(n, flags.shape[0])
+    fl = _flags(1, stream) if flags is None else flags  # without flags a stand-in, never touched
+    _launch(_gates_kernel(C, flags is not None), cdiv(n, GATES_THREADS), GATES_THREADS, 0, stream, (g, bcum, fl))
+
+
 def split_fits(K, V, C, delta, out, vin) -> bool:
     """Whether the split schedule can run: the additive family with the output, float32 inputs and output with
     16-byte aligned rows (``vin``), and sizes that the output kernel's fixed-map copies take (whole rows of K' and
@@ -2478,9 +2490,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     overlap = (OVERLAP and STATE_KERNEL == "pipelined" and not has_x and parts is not None
                and nth_s == (C // 4) ** 2)  # both roles in one launch (_overlap_kernel)
     if has_g and not overlap:
-        kern_g = _gates_kernel(C)
-        todo.append(("gates", lambda: _launch(kern_g, cdiv(BH * NC, GATES_THREADS), GATES_THREADS, 0, stream,
-                                              (g, bcum, _flags(1, stream)))))  # flags: never touched
+        todo.append(("gates", lambda: _gates_launch(g, bcum, C, stream)))
     if overlap:
         products, pad, out_floats = parts
         kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats)
@@ -2489,14 +2499,12 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         args_v = (q, k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags, np.int32(nwalk),
                   np.int32(cdiv(V, BV)))
         smem_v = overlap_bytes(C, KP, BV, out_floats)
-        kern_z = _gates_kernel(C, True) if has_g else None
 
         def overlapped():
             # the counts start from zero at every launch: one launch, so that the kernel timed alone is whole; with
             # gates the gates kernel zeroes them (one launch fewer)
             if has_g:
-                _launch(kern_z, cdiv(1 + BH * NC, GATES_THREADS), GATES_THREADS, 0, stream,  # a thread per count
-                        (g, bcum, flags))
+                _gates_launch(g, bcum, C, stream, flags)
             else:
                 _launch(_zero_flags, cdiv(1 + BH * NC, 256), 256, 0, stream, (flags,))
             _launch(kern_v, nwalk + NC * BH, nth_s, smem_v, stream, args_v)
@@ -2621,8 +2629,8 @@ def compile_targets():
                     yield (f"out[{rec}]", _out_kernel(C, KP, has_g).py_func, (x4, x4, x4, s2, s3, a4, f32, s4, s2))
                     yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True).py_func,
                            (x4, x4, x4, s2, s3, a4, f32, a4, s2))
-    yield ("zero_flags", _zero_flags.py_func, (types.Array(types.int32, 1, "C"),))
     i1 = types.Array(types.int32, 1, "C")
+    yield ("zero_flags", _zero_flags.py_func, (i1,))
     yield ("gates[float32]", _gates_kernel(C).py_func, (array_type(np.float32, 3), s2, i1))
     yield ("gates[float16]", _gates_kernel(C).py_func, (array_type(np.float16, 3), s2, i1))
     yield ("gates[float32,zero]", _gates_kernel(C, True).py_func, (array_type(np.float32, 3), s2, i1))

@@ -857,7 +857,6 @@ SPLIT_OUT = "pipelined"
 # schedule: off, measured slower on the H200 (decay 1.316 against 1.282 ms: out_pipe_factory's docstring)
 OVERLAP = False
 SPLIT_MAX_BYTES = r3.SPLIT_MAX_BYTES  # the largest per-chunk state buffer (hs) the split schedule allocates
-GATES_THREADS = r3.GATES_THREADS
 _gates_kernel = r3._gates_kernel  # bcum for the split schedule (r3's, which has the same schedule on the FMA units)
 split_bytes = r3.split_bytes
 
@@ -1245,9 +1244,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
         dummy3 = or_dummy(None, 3)
         todo = []
         if has_g:
-            kern_g = _gates_kernel(C)
-            todo.append(("gates", lambda: r3._launch(kern_g, cdiv(BH * NC, GATES_THREADS), GATES_THREADS, 0, stream,
-                                                     (g, bcum, r3._flags(1, stream)))))
+            todo.append(("gates", lambda: r3._gates_launch(g, bcum, C, stream)))
         smem_s = _state_layout(C, KP, BV)[-1] * np.dtype(np.float32).itemsize
         kern_s = _state_kernel(C, KP, BV, has_g, False, False, h0 is not None, ht is not None, vin, three, True)
         args_s = (q, k, v, bcum, dummy3, dummy3, dummy3, dummy3, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(None, 4),
