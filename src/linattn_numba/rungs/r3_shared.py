@@ -375,10 +375,10 @@ shape the walk is 128 blocks of 256 threads, one per SM, for its 0.56 ms, and th
 starts. One grid now holds both: ``nwalk`` walker blocks and every chunk's output block, each chunk's as soon as
 the walk has stored S_c. Who does what comes from a ticket (an atomic counter that a block reads when it starts),
 not from the block index, so every walker is running before any output block can wait for it: no deadlock
-whatever order the hardware starts blocks in. Walkers count, per chunk, the value tiles of S_c stored
-(``threadfence`` then an atomic add, one chunk late so that the fence finds the stores done); an output block's
-thread 0 reads its chunk's count by atomics (``nanosleep`` between looks) before the block copies S_c. The output is
-the same bit for bit. It runs where the two kernels' blocks are the same size (256 threads: C = 64, K' = 128, in
+whatever order the hardware starts blocks in. Walkers count, per chunk, the value tiles of S_c stored (since
+288562f one ``red.release.gpu`` by thread 0, a chunk late; every thread's ``threadfence`` then an atomic add before,
+below); an output block's thread 0 reads its chunk's count by ``ld.acquire.gpu`` (``nanosleep`` between looks)
+before the block copies S_c. The output is the same bit for bit. It runs where the two kernels' blocks are the same size (256 threads: C = 64, K' = 128, in
 either tiling) and without the deferred start state (r4's output waits for its scan). ``tools/sass.py`` (sm_90):
 128 registers; 56 bytes spilled for decay (the 8 x 4 walk with its counts; none for plain, nor in the 4 x 4 tiling).
 
@@ -426,6 +426,50 @@ as they were and makes the gates kernel cheap: it loads 32 gates before summing 
 order: the same bits) and, for the overlapped launch, also zeroes the counts, so the launch count is unchanged.
 Plain attention is unaffected (1.335 ms). The bench beside fla (``figures/data/h200_r3_cbd63da.json``, the README's
 rows): decay 1.420 ms against fla ``chunk_simple_gla`` 0.878 (1.62x), plain 1.339 against 0.812.
+
+Then the two roles' hand-off, profiled together for the first time (``h200.sh``-style ncu run at 66c6c33, standard
+shape, decay: ``figures/data/probes/h200_ncu_r3_overlap_66c6c33.csv`` and the per-instruction
+``h200_ncu_src_r3_overlap_66c6c33_{1,3}.csv.gz``, 1 decay, 3 plain). The overlapped launch issued 1,002 M warp
+instructions (70 % FFMA) in 68.6 % of its schedulers' cycles. The walk's warps held 34 % of the stall samples, so
+beside the output blocks the walk lasts about 1 ms of the 1.41 (0.56 alone): it is the critical path until it ends,
+and within it the part between a chunk's barriers that copies, stores S_c and scales V took 17.6 % of all samples,
+more than its product (16.4 %). There every thread's ``threadfence`` (``fence.sc.gpu``: ``MEMBAR.SC``, then an L1
+invalidation) cost 1.7 % of all samples, a chunk of every walker's time each chunk. On the output side, the barrier
+after the count's wait held 3.1 %: thread 0 read the count by an atomic, then fenced, while the other warps waited,
+before slab 0 could be asked for. Changed (288562f):
+
+* the walk signals by one ``red.release.gpu`` from thread 0 (:func:`linattn_numba.vec.red_release_add`) at the top
+  of the next chunk, behind the barrier that follows every thread's stores (CUTLASS's barriers arrive this way):
+  no thread but one fences, and that one only releases (``MEMBAR.ALL.GPU``, no L1 invalidation);
+* an output block's thread 0 polls by ``ld.acquire.gpu`` (:func:`linattn_numba.vec.ld_acquire`) while K's and Q's
+  rows are in flight, and the barrier that publishes those rows also hands over what it saw: one barrier fewer
+  and the count's round trip under the copies'; slab 0 is asked for after that barrier (it still lands during the
+  scores);
+* the exponentials of the scores, the gate and the walk's factors are ``ex2.approx.ftz`` of x log2 e
+  (:func:`linattn_numba.vec.exp_approx`: 2 instructions, not libdevice's 9; relative error below 1e-6 for |x| <= 8,
+  ``tests/test_gpu.py::test_exp_approx_accuracy``). Every exponent is still <= 0.
+
+H200, standard shape, per kernel (``tools/tune_r3.py``, oracle-checked; one device call for the first three rows,
+the base measured first and last; another for the landed tree beside a persistent variant;
+``figures/data/probes/h200_tune_r3_sync_*.json``, ``h200_tune_r3_persist_*.json``):
+
+==============================================================  ==============  ==============
+tree                                                            decay (ms)      plain (ms)
+==============================================================  ==============  ==============
+66c6c33 (before)                                                1.417 / 1.416   1.334 / 1.334
+the release / acquire hand-off                                  1.394           1.322
+and ``exp_approx`` (288562f, landed)                            1.376 / 1.373   1.324 / 1.321
+and output blocks that stay (a loop over tickets, each block's  1.441           1.358
+next ticket taken during its chunk; 260 bytes spilled)
+==============================================================  ==============  ==============
+
+Relative error against the oracle: decay 5.7e-7 (5.1e-7 with libdevice's ``expf``), plain 3.3e-6 (the same bits).
+The persistent output blocks (a block takes chunks until none is left, launched two per SM, its next ticket taken
+while it computes, which hid the 1.2 % of samples spent at the ticket's barrier) were slower: the loop around the
+output's body kept more values live and ptxas spilled 260 bytes (52 before), so they were not kept.
+The bench beside fla (``figures/data/h200_r3_ecb786c.json``, the README's rows): decay 1.373 ms against fla
+``chunk_simple_gla`` 0.880 (1.56x; it was 1.62x), plain 1.322 against 0.812 (1.63x). The walk's critical path is
+what these changes shortened; the overlapped launch still issues in under 70 % of its cycles.
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta
@@ -1725,10 +1769,11 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
     ``rows`` (:func:`split_tile`'s choice): a thread's tile of the state is ``rows`` x 4 (8 x 4: half the threads
     for a value tile, twice the multiply-adds per thread and per copy, 12 shared loads per 128 FMAs instead of 16).
 
-    ``signal`` (:func:`_overlap_kernel`): once S_c is stored and fenced, one thread adds 1 to ``flags[1 + bh NC +
-    c]`` (int32), so the output blocks of chunk c, running beside the walk, know when all value tiles of S_c are
-    there. It is done one chunk late, after the next chunk's first barrier: by then the stores have long landed and
-    each thread's ``threadfence`` waits on little."""
+    ``signal`` (:func:`_overlap_kernel`): once S_c is stored, thread 0 adds 1 to ``flags[1 + bh NC + c]`` (int32)
+    by a release (:func:`linattn_numba.vec.red_release_add`), so the output blocks of chunk c, running beside the
+    walk, know when all value tiles of S_c are there. It is done one chunk late, at the top of chunk c + 1: every
+    thread stored its part of S_c before chunk c's last barrier, which thread 0 has passed, so its release covers
+    them (CUTLASS's barriers arrive this way), and those stores have landed, so it waits on little."""
     BV4 = BV // 4
     TR = rows  # state rows per thread
     TS = 4 * TR  # the thread's state elements (a local array's size must be a constant)
@@ -2087,8 +2132,10 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
     size a constant).
 
     ``wait`` (:func:`_overlap_kernel`, where the state walk runs beside this block): once K's and Q's copies are
-    issued, one thread waits until ``flags[1 + bh NC + c]`` counts ``ntiles`` (every value tile of S_c stored by
-    the walk), then a barrier; only then is S_c's first slab copied."""
+    issued, thread 0 waits until ``flags[1 + bh NC + c]`` counts ``ntiles`` (every value tile of S_c stored by the
+    walk), reading it by ``ld.acquire.gpu`` (:func:`linattn_numba.vec.ld_acquire`) while the copies are in flight;
+    the barrier that publishes K's and Q's rows then hands its view to the block, and only then is S_c's first slab
+    copied."""
     C4 = C // 4
     NTH = C4 * C4
     KS, CS = KP + 4, C + 4
