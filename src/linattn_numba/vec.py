@@ -400,8 +400,8 @@ else:
         """``exp(x)`` for float32 x <= 0 as ``ex2.approx.ftz.f32(x log2 e)``: one multiply and one MUFU.EX2, where
         ``math.exp`` (libdevice's ``expf``) spends 9 instructions on range reduction for full accuracy. Relative
         error about 2^-22 from ``ex2.approx`` plus |x| 2^-24 from rounding x log2 e (below 6e-6 for x >= -87, where
-        exp(x) is still a normal float32, below 1e-6 for |x| <= 8; results below 2^-126 flush to 0). r3's exponents are differences of
-        in-chunk cumulative log-gates, <= 0, so nothing overflows here either."""
+        exp(x) is still a normal float32, below 1e-6 for |x| <= 8; results below 2^-126 flush to 0). r3's exponents
+        are differences of in-chunk cumulative log-gates, <= 0, so nothing overflows here either."""
         if not isinstance(x, types.Float):
             return None
         sig = types.float32(x)

@@ -378,9 +378,10 @@ not from the block index, so every walker is running before any output block can
 whatever order the hardware starts blocks in. Walkers count, per chunk, the value tiles of S_c stored (since
 288562f one ``red.release.gpu`` by thread 0, a chunk late; every thread's ``threadfence`` then an atomic add before,
 below); an output block's thread 0 reads its chunk's count by ``ld.acquire.gpu`` (``nanosleep`` between looks)
-before the block copies S_c. The output is the same bit for bit. It runs where the two kernels' blocks are the same size (256 threads: C = 64, K' = 128, in
-either tiling) and without the deferred start state (r4's output waits for its scan). ``tools/sass.py`` (sm_90):
-128 registers; 56 bytes spilled for decay (the 8 x 4 walk with its counts; none for plain, nor in the 4 x 4 tiling).
+before the block copies S_c. The output is the same bit for bit. It runs where the two kernels' blocks are the same
+size (256 threads: C = 64, K' = 128, in either tiling) and without the deferred start state (r4's output waits for
+its scan). ``tools/sass.py`` (sm_90): 128 registers; 56 bytes spilled for decay (52 since 288562f; the 8 x 4 walk
+with its counts; none for plain, nor in the 4 x 4 tiling).
 
 H200 at B4 T8192 H16 K=V=128, per kernel, oracle-checked (``figures/data/probes/h200_tune_r3_overlap_b02343f.json``,
 ``h200_tune_r3_overlap_plain_f0ac321.json``):
