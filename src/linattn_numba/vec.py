@@ -346,11 +346,6 @@ else:
         one of this thread's committed groups (the most recent) is still in flight: every older group's copies
         have landed in shared memory (visible to this thread; a barrier after it makes them visible to all).""")
 
-    def _int32_ptr(context, builder, aryty, ary_val, idx_ty, idx_val):
-        ary = context.make_array(aryty)(context, builder, ary_val)
-        i = context.cast(builder, idx_val, idx_ty, types.intp)
-        return cgutils.get_item_pointer(context, builder, aryty, ary, [i], wraparound=False)
-
     @intrinsic
     def ld_acquire(typingctx, arr, idx):
         """``a[i]`` of an int32 array in global memory by ``ld.acquire.gpu``: a load that no later memory access
@@ -363,7 +358,7 @@ else:
         sig = types.int32(arr, idx)
 
         def codegen(context, builder, sig, args):
-            ptr = _int32_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            ptr = _shared_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])  # any array's a[i]
             i32, i64 = ir.IntType(32), ir.IntType(64)
             asm = ir.InlineAsm(ir.FunctionType(i32, [i64]), "ld.acquire.gpu.b32 $0, [$1];", "=r,l,~{memory}",
                                side_effect=True)
@@ -383,7 +378,7 @@ else:
         sig = types.void(arr, idx, x)
 
         def codegen(context, builder, sig, args):
-            ptr = _int32_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
+            ptr = _shared_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])  # any array's a[i]
             i32, i64 = ir.IntType(32), ir.IntType(64)
             val = context.cast(builder, args[2], sig.args[2], types.int32)
             asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i64, i32]), "red.release.gpu.add.s32 [$0], $1;",

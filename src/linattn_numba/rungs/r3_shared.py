@@ -2193,11 +2193,9 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
                     _backoff()
             cp_async_wait_all()
             cuda.syncthreads()  # K's and Q's rows and b in place; S_c is there (thread 0 saw the walk's releases)
-            issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[0], COL0[0], buf(0), tid)  # slab 0 lands during the scores
-            cp_async_commit()
-        else:
-            issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[0], COL0[0], buf(0), tid)  # slab 0 into X0: during the scores
-            cp_async_commit()
+        issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[0], COL0[0], buf(0), tid)  # slab 0 into X0: lands during the scores
+        cp_async_commit()
+        if not wait:
             cp_async_wait_one()
             cuda.syncthreads()  # K's and Q's rows and b in place
         _scores(sm, O_R, O_Q, O_AQK, O_AQK, O_B, O_B, KS, CS, C4, KP, tid, has_g, False, True)
