@@ -159,9 +159,9 @@ BV_DEFAULT = 64
 # _launch, _rows_aligned and scratch_buffers. The split schedule's pieces (_gates_kernel and its launch
 # _gates_launch, _split_state_kernel with its tilings split_tile / split_state_threads / _p2_rows4_tall and its walk
 # _split_state_body, _out_kernel: the slab pipeline _out_pipeline / _out_body with r3's products _out_fma_products,
-# their copiers _rows_copier / _rows_scaler / _rows_adder, the walk and the output in one launch _overlap_kernel with
-# overlap_bytes, _flags, _zero_flags and _backoff, _split_runs, _split_launches, and split_deferred, r4's phases 1
-# and 3) are given whole: the exercise's forward runs the fused schedule.
+# their copiers _rows_copier / _rows_copier_at / _rows_scaler / _rows_adder, the walk and the output in one launch
+# _overlap_kernel with overlap_bytes, _flags, _zero_flags and _backoff, _split_runs, _split_launches, and
+# split_deferred, r4's phases 1 and 3) are given whole: the exercise's forward runs the fused schedule.
 # ==========================================================================================================
 from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _backoff,
@@ -187,6 +187,7 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _p2_rows8,
     _rows_adder,
     _rows_copier,
+    _rows_copier_at,
     _rows_scaler,
     _split_launches,
     _split_runs,

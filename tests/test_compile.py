@@ -76,6 +76,32 @@ for s in ("red.release.gpu.add.s32", "ld.acquire.gpu.b32", "ex2.approx.ftz.f32",
 """
 
 
+_OFFSET_LS = r"""
+from numba import cuda, float32, int64
+from linattn_numba.vec import ld1_at, st4_at
+
+def k(x, y, off):
+    i = cuda.grid(1)
+    v = ld1_at(x, off + i)
+    st4_at(y, off + 4 * i, (v, v * float32(2.0), float32(0.0), v))
+
+ptx, _ = cuda.compile_ptx(k, (float32[:, :], float32[:, :, :], int64), cc=(9, 0))
+for s in ("ld.global.f32", "st.global.v4.f32", "st.global.f32"):
+    print(s, ptx.count(s))
+"""
+
+
+@pytest.mark.compile
+def test_offset_load_store_compile():
+    """``vec.ld1_at`` and ``vec.st4_at`` (element offsets from an array's first element, any number of dimensions)
+    compile for sm_90 to one scalar load and one 128-bit store: no per-index arithmetic, no four 32-bit stores."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    r = subprocess.run([sys.executable, "-c", _OFFSET_LS], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    counts = {line.rsplit(None, 1)[0]: int(line.rsplit(None, 1)[1]) for line in r.stdout.splitlines()}
+    assert counts == {"ld.global.f32": 1, "st.global.v4.f32": 1, "st.global.f32": 0}, counts
+
+
 @pytest.mark.compile
 def test_release_acquire_and_exp_approx_compile():
     """The overlapped launch's signalling (``vec.red_release_add`` by the walk, ``vec.ld_acquire`` by a waiting output

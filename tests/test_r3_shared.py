@@ -201,6 +201,40 @@ def test_signal_and_exp_twins():
     assert np.allclose(y, np.exp(-0.125 * np.arange(64)), rtol=1e-6)
 
 
+def test_offset_load_store_twins():
+    """The simulator's twins of ``st4_at`` / ``ld1_at`` (the state walk's stores of S_c and loads of the gates, from
+    element offsets that it steps): the offset counts elements from the array's first one in memory, in a strided
+    view too (a [B, T, H, n] array's head slice: what the kernels index), and a kernel reaches them by those names.
+    The GPU forms: ``test_compile``'s ``test_offset_load_store_compile``; the walk's results against the oracle:
+    the split and overlap tests."""
+    from linattn_numba import vec
+
+    full = np.zeros((2, 5, 3, 8), np.float32)
+    view = full[:, :, 1, :]  # strides (120, 24, 1) elements: not contiguous
+    for i in range(3):  # element (1, 2 + i, 4) of the view
+        vec._st4_at_py(view, 1 * 120 + (2 + i) * 24 + 4, (i, i + 0.5, -1.0, 2.0))
+    want = np.zeros_like(full)
+    for i in range(3):
+        want[1, 2 + i, 1, 4:8] = (i, i + 0.5, -1.0, 2.0)
+    assert np.array_equal(full, want)
+    assert vec._ld1_at_py(view, 1 * 120 + 3 * 24 + 5) == 1.5
+
+    @cuda.jit
+    def k(x, y, base, step):
+        i = cuda.grid(1)
+        if i < 3:
+            vec.st4_at(y, base + i * step, (vec.ld1_at(x, 2 * i), vec.ld1_at(x, 2 * i + 1), float32(i),
+                                            float32(-1.0)))
+
+    y = np.zeros((2, 5, 8), np.float32)
+    x = np.arange(6, dtype=np.float32) + 0.5
+    k[1, 32](x, y, 1 * 40 + 1 * 8 + 4, 8)  # element (1, 1, 4), then a row further each
+    want = np.zeros_like(y)
+    for i in range(3):
+        want[1, 1 + i, 4:8] = (x[2 * i], x[2 * i + 1], i, -1.0)
+    assert np.array_equal(y, want)
+
+
 def test_overlap_needs_equal_blocks():
     """Blocks of one grid have one size: the overlapped kernel refuses a walk whose blocks differ from the output's
     (and ``launches`` then keeps two launches: K = 24, V = 12 at C = 64, test_split_schedule)."""

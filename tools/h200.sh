@@ -57,6 +57,8 @@
 #               `git archive BASE src` there, carried) and on this tree, then the bench of r3 beside fla's chunk kernel
 #               (plain, decay): h200_tune_r3_gates_{base,head}_<sha>.json, h200_r3_<sha>.json (how the cumulative
 #               gates are computed, between two commits: figures/data/probes/README.md has the three measured)
+#     r3_ab     gates_ab's per-kernel timing alone, base / head / base / head (interleaved, so that drift shows), no
+#               bench: h200_tune_r3_${AB_TAG:-ab}_{base,head}{1,2}_<sha>.json
 #     r4_gdn_ab  per-kernel GPU times (ncu, gpu__time_duration) of one r4 forward at the long gated delta shape, on
 #               build/base/src (a `git archive BASE src` there, carried) and on this tree: which kernel moved between
 #               two commits (h200_ncu_r4_gdn_{base,head}_<sha>.csv: how phase 3's r1 kernel was found slower,
@@ -202,6 +204,16 @@ for m in ${modes//,/ }; do
       done
       bench --rungs shared --recurrences plain,decay --fla chunk --out "$out/h200_r3_$sha.json" \
         | tee -a "$out/gates_ab.log" || rc=1;;
+    r3_ab)
+      tag=${AB_TAG:-ab}
+      for run in 1 2; do  # base, head, base, head: interleaved, so that the clock's drift shows as base vs base
+        for which in base head; do
+          src=$PWD/src; [ "$which" = base ] && src=$PWD/build/base/src
+          [ -d "$src" ] || { echo "no $src: git archive BASE src | tar -x -C build/base, and carry build"; rc=1; continue; }
+          PYTHONPATH=/tmp/site:$src py_log r3_ab.log 200 "${R3_SPLIT[@]}" \
+            --out "$out/h200_tune_r3_${tag}_${which}${run}_$sha.json" || rc=1
+        done
+      done;;
     r4_kernels)
       for spec in decay:1,1048576,2,128,128 gated_delta:1,262144,2,128,128; do
         r4_ncu_times "h200_ncu_r4_${spec%%:*}_$sha" "${spec%%:*}" "${spec#*:}" src || rc=1

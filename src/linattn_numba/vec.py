@@ -4,10 +4,11 @@
 Introduced by rung r3 ``shared`` (its register-blocked loops read four consecutive floats per operand and step)
 and used by r1's decode step (a streaming copy of the state) and r5; r5 introduced the asynchronous copies, which
 r1's sequence kernel also stages its tiles with, and r3's split schedule pipelines by commit groups
-(``cp_async_commit``, ``cp_async_wait_one``) with a source given as an element offset (``cp_async16_at``).
-Each has a plain-Python twin that the simulator runs
-(``_ld4_py``, ``_st_py``, ``_prefetch_py``, ``_cp_async16_py``): the simulator has no vector loads and needs none,
-and its copies are synchronous.
+(``cp_async_commit``, ``cp_async_wait_one``) with a source given as an element offset (``cp_async16_at``); its
+state walk also stores (``st4_at``) and loads (``ld1_at``) from element offsets that it steps.
+Each has a plain-Python twin that the simulator runs (``_ld4_py``, ``_st_py``, ``_prefetch_py``, ``_cp_async16_py``,
+``_st4_at_py``, ``_ld1_at_py``, ...): the simulator has no vector loads and needs none, and its copies are
+synchronous.
 """
 
 from __future__ import annotations
@@ -76,6 +77,17 @@ def _flat_index(a, off):
     return tuple(idx)
 
 
+def _st4_at_py(a, off, x):
+    """``st4_at``'s twin: the 4 elements from element offset ``off`` (of ``a``'s first element) on set to ``x``."""
+    for e in range(4):
+        a[_flat_index(a, off + e)] = x[e]
+
+
+def _ld1_at_py(a, off):
+    """``ld1_at``'s twin: the element at offset ``off`` from ``a``'s first element."""
+    return a[_flat_index(a, off)]
+
+
 def _cp_async16_at_py(sm, i, src, off, nbytes):
     """:func:`_cp_async16_py` with the source given as an element offset from ``src``'s first element."""
     _cp_async16_py(sm, i, src, _flat_index(src, off), nbytes)
@@ -127,6 +139,7 @@ if config.ENABLE_CUDASIM:
     cp_async16, cp_async_wait_all = _cp_async16_py, _cp_async_wait_all_py
     cp_async_commit, cp_async_wait_one = _cp_async_commit_py, _cp_async_wait_one_py
     cp_async16_at = _cp_async16_at_py
+    st4_at, ld1_at = _st4_at_py, _ld1_at_py
 else:
     from llvmlite import ir
     from numba.cuda import cgutils
@@ -190,6 +203,46 @@ else:
     st2 = _vec_store(2, """``a[i : i + 2] = x`` (a 2-tuple of float32) along the last axis as ONE 64-bit store, with no
         negative-index handling (``i`` in range; the element 8-byte aligned). r6 stores a C fragment's column
         pair (2 i, 2 i + 1) of a row this way.""")
+
+    @intrinsic
+    def st4_at(typingctx, arr, off, x):
+        """:func:`st4` at an element offset ``off`` (an integer) from ``a``'s first element: ``a``'s data pointer plus
+        4 ``off``, one 128-bit store. The caller steps a per-thread offset by a constant stride, where a tuple
+        index has the address rebuilt from every index and stride at every store (r3's state walk stores a chunk's
+        starting state this way)."""
+        if not isinstance(off, types.Integer):
+            return None
+        sig = types.none(arr, off, x)
+
+        def codegen(context, builder, sig, args):
+            aryty, offty, xty = sig.args
+            ary = context.make_array(aryty)(context, builder, args[0])
+            ptr = builder.gep(ary.data, [context.cast(builder, args[1], offty, types.intp)])
+            vptr = builder.bitcast(ptr, ir.PointerType(ir.VectorType(ir.FloatType(), 4)))
+            vals = cgutils.unpack_tuple(builder, args[2], 4)
+            vec = ir.Constant(ir.VectorType(ir.FloatType(), 4), ir.Undefined)
+            for e in range(4):
+                val = context.cast(builder, vals[e], xty[e], types.float32)
+                vec = builder.insert_element(vec, val, ir.Constant(ir.IntType(32), e))
+            builder.store(vec, vptr, align=16)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def ld1_at(typingctx, arr, off):
+        """``a``'s element at offset ``off`` (an integer) from its first one: :func:`ld1` for any number of
+        dimensions, the address the data pointer plus ``off`` elements."""
+        if not isinstance(off, types.Integer):
+            return None
+        sig = arr.dtype(arr, off)
+
+        def codegen(context, builder, sig, args):
+            aryty, offty = sig.args
+            ary = context.make_array(aryty)(context, builder, args[0])
+            return builder.load(builder.gep(ary.data, [context.cast(builder, args[1], offty, types.intp)]))
+
+        return sig, codegen
 
     @intrinsic
     def prefetch_l2(typingctx, arr, idx):

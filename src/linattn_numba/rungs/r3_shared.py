@@ -472,6 +472,24 @@ The bench beside fla (``figures/data/h200_r3_ecb786c.json``, the README's rows):
 ``chunk_simple_gla`` 0.880 (1.56x; it was 1.62x), plain 1.322 against 0.812 (1.63x). The walk's critical path is
 what these changes shortened; the overlapped launch still issues in under 70 % of its cycles.
 
+Then the instructions around the walk's product and at an output block's start (not yet timed on the H200: no
+device was lent in the session that made this change). Read from the SASS (``tools/sass.py shared "overlap[decay"
+--threads 256 --min-blocks 2``, sm_90), the walk's path through a whole chunk from the loop's top to its first
+barrier took about 400 instructions a warp: it rebuilt in 64-bit arithmetic the copies' sources (the row base from
+b, h and t0, and the tests for a whole tile), S_c's store addresses from a 3-D index each, and the gates' indices
+clamped to the chunk (``min(t, n - 1)``), with a branch per row around each exponential; 52 bytes were spilled and
+reloaded in the loop; and b_last went to a uniform register right after its load (``R2UR``, which waits for the
+load: 1.2 % of all stall samples in the 66c6c33 profile). Now the walk keeps the copies' sources, S_c's row in
+``hs`` and the gates' row in ``bcum`` as element offsets stepped once a chunk (:func:`_rows_copier_at`,
+:func:`linattn_numba.vec.st4_at`, :func:`linattn_numba.vec.ld1_at`; ``bcum``'s rows are whole chunks long, so the
+gates are read past n with no clamp), computes every row's factor and selects 0 past n, and b_last stays in a
+vector register: about 310 instructions on that path, nothing spilled. An output block's chunk and head come from
+thread 0, which divides by B H and H once and leaves the results beside the ticket in shared memory (every warp
+divided before: about 100 instructions a warp), and strides are shifted rather than divided by 4 (a signed 64-bit
+division: 4 instructions each). The overlapped launch: 5,104 / 4,792 SASS instructions for decay / plain (5,280 /
+4,768 before; the walk's copies now have both paths compiled in), 128 / 127 registers, 0 bytes spilled (52 / 0
+before). The results are the same bits.
+
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta
 family (whose P1 ``W S`` feeds the state), the fused schedule runs. compute-sanitizer's memcheck, racecheck and
@@ -541,7 +559,7 @@ BV_DEFAULT = 64
 
 # 128-bit loads and stores (moved to linattn_numba.vec so r1's decode step can use them too)
 from ..vec import (cp_async16_at, cp_async_commit, cp_async_wait_all, cp_async_wait_one, ld1, ld4,  # noqa: E402
-                   exp_approx, ld_acquire, prefetch_l2, red_release_add, st4)
+                   exp_approx, ld1_at, ld_acquire, prefetch_l2, red_release_add, st4, st4_at)
 
 
 @cuda.jit(device=True, inline="always")
@@ -1650,28 +1668,34 @@ def _split_state_layout(C, KP, BV):
 @functools.lru_cache(maxsize=None)
 def _rows_scaler(ROWS, COLS, NTH):
     """``(J, load_gates, factors, scale)`` for the rows that :func:`_rows_copier` (same sizes) has a thread copy:
-    ``load_gates(bcum, bh, t0, n, tid, bj)`` loads the in-chunk log-gates b_t of the thread's J rows and b_last into
-    ``bj`` (J + 1 values), ``factors(bj, n, tid, fj)`` turns them into gamma_C / gamma_t = exp(b_last - b_t) (0 for
-    t >= n), ``scale(sm, off, stride, tid, fj)`` multiplies the thread's own elements of the [ROWS, COLS] tile at
-    ``off`` by them. Once its own copies have landed (``cp.async.wait_group``) a thread may rewrite them with no
-    barrier, and it has its rows' gates from ``bcum`` itself rather than from a shared table that other threads
-    write. The state kernel loads the gates a chunk ahead: loaded and used in the same chunk, their latency made
-    the decay state kernel slower than the general one (``figures/data/probes/h200_tune_r3_pipe_state1.json``)."""
+    ``load_gates(bcum, go, n, tid, bj)`` loads the in-chunk log-gates b_t of the thread's J rows and b_last into ``bj``
+    (J + 1 values) from ``bcum``'s element offset ``go`` (the chunk's first row: rows are read past n, so ``bcum``'s
+    rows must be whole chunks long, as the gates kernel writes them), ``factors(bj, n, tid, fj)`` turns them into
+    gamma_C / gamma_t = exp(b_last - b_t) (0 for t >= n), ``scale(sm, off, stride, tid, fj)`` multiplies the thread's
+    own elements of the [ROWS, COLS] tile at ``off`` by them. Once its own copies have landed (``cp.async.wait_group``)
+    a thread may rewrite them with no barrier, and it has its rows' gates from ``bcum`` itself rather than from a shared
+    table that other threads write. The state kernel loads the gates a chunk ahead: loaded and used in the same chunk,
+    their latency made the decay state kernel slower than the general one
+    (``figures/data/probes/h200_tune_r3_pipe_state1.json``)."""
     QPR = COLS // 4
     RSTEP = NTH // QPR
     J = cdiv(ROWS, RSTEP)
 
-    def load_gates(bcum, bh, t0, n, tid, bj):
+    def load_gates(bcum, go, n, tid, bj):
         tf = tid // QPR
         for j in range(J):
-            bj[j] = bcum[bh, t0 + min(tf + j * RSTEP, n - 1)]
-        bj[J] = bcum[bh, t0 + n - 1]
+            t = tf + j * RSTEP
+            if ROWS % RSTEP:  # the thread's last row may be past the chunk (a row of it then, unused)
+                t = min(t, ROWS - 1)
+            bj[j] = ld1_at(bcum, go + t)  # rows past n too: bcum's rows are whole chunks long
+        bj[J] = ld1_at(bcum, go + n - 1)
 
     def factors(bj, n, tid, fj):
         tf = tid // QPR
         for j in range(J):
             t = tf + j * RSTEP
-            fj[j] = exp_approx(bj[J] - bj[j]) if t < n else float32(0.0)  # b_t >= b_last: never overflows
+            f = exp_approx(bj[J] - bj[j])  # b_t >= b_last: never overflows (past n, b_t = b_last: 1)
+            fj[j] = f if t < n else float32(0.0)  # a select: computed for every row, no branch per row
 
     def scale(sm, off, stride, tid, fj):
         d = 4 * (tid % QPR)
@@ -1770,6 +1794,10 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
     ``rows`` (:func:`split_tile`'s choice): a thread's tile of the state is ``rows`` x 4 (8 x 4: half the threads
     for a value tile, twice the multiply-adds per thread and per copy, 12 shared loads per 128 FMAs instead of 16).
 
+    Per chunk the walk steps offsets it keeps (its copies' sources, S_c's row in ``hs``, the gates' row in
+    ``bcum``) rather than rebuilding them from indices: whole chunks are copied by :func:`_rows_copier_at`, a
+    sequence's last chunk (or a tile with columns past K or V) by :func:`_rows_copier`'s tested copies.
+
     ``signal`` (:func:`_overlap_kernel`): once S_c is stored, thread 0 adds 1 to ``flags[1 + bh NC + c]`` (int32)
     by a release (:func:`linattn_numba.vec.red_release_add`), so the output blocks of chunk c, running beside the
     walk, know when all value tiles of S_c are there. It is done one chunk late, at the top of chunk c + 1: every
@@ -1784,6 +1812,8 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
     O_K, O_V, _ = _split_state_layout(C, KP, BV)
     cp_k = _rows_copier(C, KP, NTH, False)
     cp_v = _rows_copier(C, BV, NTH, False)
+    start_k, cpat_k = _rows_copier_at(C, KP, NTH)  # whole chunks: from offsets kept and stepped by C rows
+    start_v, cpat_v = _rows_copier_at(C, BV, NTH)
     JV, gates_v, factors_v, scale_v = _rows_scaler(C, BV, NTH)
     JV1 = JV + 1
 
@@ -1808,9 +1838,22 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
                 S[4 * i + j] = float32(0.0)
                 if has_h0 and rg * TR + i < K and v0 + cg * 4 + j < V:
                     S[4 * i + j] = h0[b, h, rg * TR + i, v0 + cg * 4 + j]
+        # Offsets kept across the chunks and stepped (their 64-bit arithmetic not redone every chunk): the copies'
+        # sources (chunk c + 1's rows: whole chunks where NF = T // C says so, and whole tiles of columns), S_c's
+        # row in hs, the gates' row in bcum
+        NF = T // C
+        sk1 = k.strides[1] >> 2
+        sv1 = v.strides[1] >> 2
+        kwhole = K >= KP
+        vwhole = v0 + BV <= V
+        srck = start_k(k, b, h, C, 0, tid)
+        srcv = start_v(v, b, h, C, v0, tid)
+        hs1 = hs.strides[1] >> 2
+        ho = bh * (hs.strides[0] >> 2) + rg * TR * hs1 + v0 + cg * 4
+        go = bh * (bcum.strides[0] >> 2)
         if NC > 0:  # chunk 0 into buffer 0
             if has_g:
-                gates_v(bcum, bh, 0, min(C, T), tid, bj)
+                gates_v(bcum, go, min(C, T), tid, bj)
             cp_k(sm, O_K, KS, k, b, h, 0, min(C, T), K, 0, tid)
             cp_v(sm, O_V, VS, v, b, h, 0, min(C, T), V, v0, tid)
         cp_async_commit()
@@ -1824,14 +1867,21 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
                 # (and it waits on little: those stores have landed, this chunk's are not issued yet)
                 red_release_add(flags, 1 + bh * NC + c - 1, 1)
             if c + 1 < NC:  # chunk c + 1 into the other buffer: last read by chunk c - 1, before its last barrier
-                n1 = min(C, T - t0 - C)
-                cp_k(sm, O_K + (1 - p) * C * KS, KS, k, b, h, t0 + C, n1, K, 0, tid)
-                cp_v(sm, O_V + (1 - p) * C * VS, VS, v, b, h, t0 + C, n1, V, v0, tid)
+                if c + 1 < NF and kwhole:
+                    cpat_k(sm, O_K + (1 - p) * C * KS, KS, k, srck, sk1, tid)
+                else:
+                    cp_k(sm, O_K + (1 - p) * C * KS, KS, k, b, h, t0 + C, min(C, T - t0 - C), K, 0, tid)
+                if c + 1 < NF and vwhole:
+                    cpat_v(sm, O_V + (1 - p) * C * VS, VS, v, srcv, sv1, tid)
+                else:
+                    cp_v(sm, O_V + (1 - p) * C * VS, VS, v, b, h, t0 + C, min(C, T - t0 - C), V, v0, tid)
+                srck += C * sk1
+                srcv += C * sv1
             cp_async_commit()
             if v0 + cg * 4 < V:  # V is a multiple of 4 here (split_fits): whole quads
                 for i in range(TR):
-                    st4(hs, (bh, c * KP + rg * TR + i, v0 + cg * 4), (S[4 * i], S[4 * i + 1], S[4 * i + 2],
-                                                                       S[4 * i + 3]))
+                    st4_at(hs, ho + i * hs1, (S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3]))
+            ho += KP * hs1
             gc = float32(1.0)
             if has_g:
                 gc = exp_approx(bj[JV])  # gamma_C
@@ -1841,7 +1891,7 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
                     lsum += bj[JV]
                 factors_v(bj, n, tid, fj)
                 if c + 1 < NC:
-                    gates_v(bcum, bh, t0 + C, min(C, T - t0 - C), tid, bj)  # used by the next chunk
+                    gates_v(bcum, go + t0 + C, min(C, T - t0 - C), tid, bj)  # used by the next chunk
             cp_async_wait_one()  # this thread's copies of chunk c have landed
             if has_g:
                 scale_v(sm, O_V + p * C * VS, VS, tid, fj)
@@ -1919,9 +1969,9 @@ def _rows_copier(ROWS, COLS, NTH, scratch):
         def copy(sm, off, stride, x, bh, r0, lim, c0, tid):
             d = 4 * (tid % QPR)
             tf = tid // QPR
-            s1 = x.strides[1] // 4
+            s1 = x.strides[1] >> 2  # float32 strides: multiples of 4 bytes (a shift, not a signed division)
             inside = c0 + d < lim  # the same for all the thread's copies: no test per copy
-            src = bh * (x.strides[0] // 4) + (r0 + tf) * s1 + (c0 + d if inside else 0)
+            src = bh * (x.strides[0] >> 2) + (r0 + tf) * s1 + (c0 + d if inside else 0)
             for j in range(J):
                 t = tf + j * RSTEP
                 if ROWS % RSTEP == 0 or t < ROWS:
@@ -1930,8 +1980,8 @@ def _rows_copier(ROWS, COLS, NTH, scratch):
         def copy(sm, off, stride, x, b, h, t0, n, lim, c0, tid):
             d = 4 * (tid % QPR)
             tf = tid // QPR
-            s1 = x.strides[1] // 4
-            row0 = b * (x.strides[0] // 4) + h * (x.strides[2] // 4)  # row t0 + t: row0 + (t0 + t) s1
+            s1 = x.strides[1] >> 2
+            row0 = b * (x.strides[0] >> 2) + h * (x.strides[2] >> 2)  # row t0 + t: row0 + (t0 + t) s1
             src = row0 + (t0 + tf) * s1 + c0 + d
             if n >= ROWS and c0 + COLS <= lim:  # the whole tile inside (all but a sequence's last chunk): no tests
                 for j in range(J):
@@ -1947,6 +1997,36 @@ def _rows_copier(ROWS, COLS, NTH, scratch):
                     cp_async16_at(sm, off + t * stride + d, x, src + j * RSTEP * s1 if inside else row0,
                                   16 if inside else 0)
     return cuda.jit(device=True, inline="always")(copy)
+
+
+@functools.lru_cache(maxsize=None)
+def _rows_copier_at(ROWS, COLS, NTH):
+    """``(start, copy)``: :func:`_rows_copier`'s map (not ``scratch``) for a tile wholly inside ``x`` [B, T, H, n],
+    from a source offset that the caller keeps and steps instead of rebuilding it at every call (the state walk
+    copies the same columns of the next C rows every chunk: rebuilt, its two copies' offsets and tests took ~55
+    instructions a warp and chunk, 64-bit arithmetic). ``start(x, b, h, t, c0, tid)`` is the element offset of
+    the thread's first piece (row t + tf, column c0 + d of head (b, h)); ``copy(sm, off, stride, x, src, s1,
+    tid)`` issues its J 16-byte copies from ``src``, ``src + RSTEP s1``, ... with ``s1`` = ``x.strides[1] >>
+    2`` (a row). Strides are shifted, not divided: a float32 array's are multiples of 4 bytes, and a signed
+    division by 4 is four instructions."""
+    QPR = COLS // 4
+    RSTEP = NTH // QPR
+    J = cdiv(ROWS, RSTEP)
+
+    def start(x, b, h, t, c0, tid):
+        return (b * (x.strides[0] >> 2) + h * (x.strides[2] >> 2) + (t + tid // QPR) * (x.strides[1] >> 2) + c0
+                + 4 * (tid % QPR))
+
+    def copy(sm, off, stride, x, src, s1, tid):
+        d = 4 * (tid % QPR)
+        tf = tid // QPR
+        for j in range(J):
+            t = tf + j * RSTEP
+            if ROWS % RSTEP == 0 or t < ROWS:
+                cp_async16_at(sm, off + t * stride + d, x, src + j * RSTEP * s1, 16)
+
+    dev = cuda.jit(device=True, inline="always")
+    return dev(start), dev(copy)
 
 
 @functools.lru_cache(maxsize=None)
@@ -2086,8 +2166,9 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
     def out(q, k, v, bcum, hs, o, scale, x, lg):
         """Chunk x of head y: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
         none = cuda.local.array(1, types.int32)  # no flags: S_c is there (never touched)
-        body(cuda.shared.array(0, float32), q, k, v, bcum, hs, o, scale, x, lg, cuda.blockIdx.x, cuda.blockIdx.y,
-             none, 0)
+        H = q.shape[2]
+        body(cuda.shared.array(0, float32), q, k, v, bcum, hs, o, scale, x, lg, cuda.blockIdx.x,
+             cuda.blockIdx.y // H, cuda.blockIdx.y % H, none, 0)
 
     if config.ENABLE_CUDASIM:
         return cuda.jit(out)
@@ -2096,8 +2177,8 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
 
 @functools.lru_cache(maxsize=None)
 def _out_body(C, KP, has_g, has_x, products, pad, wait):
-    """The split schedule's output (a device function, ``body(sm, q, k, v, bcum, hs, o, scale, x, lg, c, bh, flags,
-    ntiles)`` for chunk c of head bh; :func:`_out_pipeline` and :func:`_overlap_kernel` run it), one chunk of one
+    """The split schedule's output (a device function, ``body(sm, q, k, v, bcum, hs, o, scale, x, lg, c, b, h, flags,
+    ntiles)`` for chunk c of head (b, h); :func:`_out_pipeline` and :func:`_overlap_kernel` run it), one chunk of one
     head per block (fla's ``chunk_fwd_o``), its copies
     overlapped with its products: ``O = scale (diag(gamma) Q S_c + Aqk V)`` with S_c the chunk's starting state,
     written by the state kernel (``store``) to ``hs``. The copies, slabs, buffers and barriers are here; the
@@ -2171,18 +2252,17 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
             sv = (s - NSS) * SR
             cp_val(sm, off, SW, v, b, h, t0 + sv, n - sv, V, col, tid)
 
-    def out(sm, q, k, v, bcum, hs, o, scale, x, lg, c, bh, flags, ntiles):
-        """Chunk c of head bh: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
+    def out(sm, q, k, v, bcum, hs, o, scale, x, lg, c, b, h, flags, ntiles):
+        """Chunk c of head (b, h): o[b, t0 + t, h, :V] for the chunk's rows t < n."""
         T, H, K = q.shape[1], q.shape[2], q.shape[3]
         V = v.shape[3]
-        b = bh // H
-        h = bh % H
+        bh = b * H + h
         tid = cuda.threadIdx.x
         t0 = c * C
         n = min(C, T - t0)
         NSL = ((V + CBW - 1) // CBW) * NSP
         if has_g and tid < C // 4:  # b by cp.async too (loaded into registers, its wait stalled the prologue)
-            cp_async16_at(sm, O_B + 4 * tid, bcum, bh * (bcum.strides[0] // 4) + t0 + 4 * tid, 16)
+            cp_async16_at(sm, O_B + 4 * tid, bcum, bh * (bcum.strides[0] >> 2) + t0 + 4 * tid, 16)
         cp_rows(sm, O_R, KS, k, b, h, t0, n, K, 0, tid)
         cp_rows(sm, O_Q, KS, q, b, h, t0, n, K, 0, tid)
         cp_async_commit()
@@ -2299,10 +2379,10 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
     chunks already walked is computed while the walk goes on.
 
     Why: at the standard shape the walk is B H V / BV = 128 blocks of 256 threads (:func:`split_tile`) for 132 SMs:
-    about one per SM, leaving more than half of its 227 KB of shared memory and half its registers idle for the
-    0.56 ms of the walk; then the output kernel's 8,192 independent blocks (0.89 ms) fill every SM. Here both roles
-    are blocks of one grid of ``nwalk + NC B H`` blocks of 256 threads (launch bounds (256, 2): two per SM, whatever their roles), and an
-    output block of chunk c waits only for S_c, not for the whole walk.
+    about one per SM, leaving more than half of its 227 KB of shared memory and half its registers idle for the 0.56 ms
+    of the walk; then the output kernel's 8,192 independent blocks (0.89 ms) fill every SM. Here both roles are blocks
+    of one grid of ``nwalk + NC B H`` blocks of 256 threads (launch bounds (256, 2): two per SM, whatever their roles),
+    and an output block of chunk c waits only for S_c, not for the whole walk.
 
     Roles by ticket, not by block index: thread 0 of each block takes the next number from ``flags[0]`` (an atomic
     add) when the block starts. Tickets below ``nwalk`` walk (value tile t mod ntiles of head t // ntiles,
@@ -2314,8 +2394,10 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
     with its blocks run last to first (``tests/test_r3_shared.py::test_overlap_any_block_order``; there a block that
     would have to wait raises at once: :func:`_backoff`).
 
-    Shared memory: the larger of the two layouts, and one int past it for the ticket (``out_floats``: the output
-    layout's floats; r6's pads its slabs). The same results as the two kernels, bit for bit: the same products in
+    Shared memory: the larger of the two layouts, and four ints past it (``out_floats``: the output layout's
+    floats; r6's pads its slabs): the ticket, and for an output block its chunk and head (b, h), which thread 0
+    works out once (two 64-bit divisions by values known only at run time, ~100 instructions that every warp ran
+    when each worked them out). The same results as the two kernels, bit for bit: the same products in
     the same order."""
     NTH = split_state_threads(KP, BV, rows)
     if NTH != (C // 4) ** 2:
@@ -2323,7 +2405,7 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
                          f"output's {(C // 4) ** 2}")
     walk = _split_state_body(C, KP, BV, has_g, has_h0, has_ht, False, rows, True)
     out = _out_body(C, KP, has_g, False, products, pad, True)
-    SLOT = max(_split_state_layout(C, KP, BV)[-1], out_floats)  # the ticket, past both roles' arrays
+    SLOT = max(_split_state_layout(C, KP, BV)[-1], out_floats)  # the ticket and its map, past both roles' arrays
 
     def overlap(q, k, v, bcum, h0, ht, hs, o, scale, flags, nwalk, ntiles):
         """Block with ticket t: value tile t mod ntiles of head t // ntiles walks (t < nwalk), else the output of
@@ -2331,15 +2413,24 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
         sm = cuda.shared.array(0, float32)
         smi = cuda.shared.array(0, types.int32)  # the same bytes (dynamic shared arrays all start at one address)
         if cuda.threadIdx.x == 0:
-            smi[SLOT] = cuda.atomic.add(flags, 0, 1)
-        cuda.syncthreads()  # the ticket, for every thread
+            t = cuda.atomic.add(flags, 0, 1)
+            smi[SLOT] = t
+            if t >= nwalk:  # an output block's chunk and head, by one thread (divisions: ~100 instructions a warp)
+                H = q.shape[2]
+                u = t - nwalk
+                BH = q.shape[0] * H
+                c = u // BH
+                bh = u - c * BH
+                smi[SLOT + 1] = c
+                smi[SLOT + 2] = bh // H
+                smi[SLOT + 3] = bh % H
+        cuda.syncthreads()  # the ticket (and an output block's map), for every thread
         t = smi[SLOT]
         if t < nwalk:
             walk(sm, k, v, bcum, h0, ht, hs, bcum, t % ntiles, t // ntiles, flags)
         else:
-            u = t - nwalk
-            BH = q.shape[0] * q.shape[2]
-            out(sm, q, k, v, bcum, hs, o, scale, h0, bcum, u // BH, u % BH, flags, ntiles)
+            out(sm, q, k, v, bcum, hs, o, scale, h0, bcum, smi[SLOT + 1], smi[SLOT + 2], smi[SLOT + 3], flags,
+                ntiles)
 
     if config.ENABLE_CUDASIM:
         return cuda.jit(overlap)
@@ -2347,8 +2438,8 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
 
 
 def overlap_bytes(C, KP, BV, out_floats):
-    """Dynamic shared memory of :func:`_overlap_kernel`: the larger layout and the ticket."""
-    return (max(_split_state_layout(C, KP, BV)[-1], out_floats) + 1) * np.dtype(np.float32).itemsize
+    """Dynamic shared memory of :func:`_overlap_kernel`: the larger layout, the ticket and an output block's map."""
+    return (max(_split_state_layout(C, KP, BV)[-1], out_floats) + 4) * np.dtype(np.float32).itemsize
 
 
 # ----------------------------------------------------------------------------------------------------------
