@@ -488,7 +488,10 @@ thread 0, which divides by B H and H once and leaves the results beside the tick
 divided before: about 100 instructions a warp), and strides are shifted rather than divided by 4 (a signed 64-bit
 division: 4 instructions each). The overlapped launch: 5,104 / 4,792 SASS instructions for decay / plain (5,280 /
 4,768 before; the walk's copies now have both paths compiled in), 128 / 127 registers, 0 bytes spilled (52 / 0
-before). The results are the same bits.
+before). The kept offsets cost registers where the walk runs alone with more to hold: the split state kernel with
+h0 and ht spills 68 bytes (40 before) and r4's phase 1 (with ``lg``) 60 (none before), which reads four of them
+back from local memory (L1) a chunk. The results are the same bits (the simulator, both trees: every output and
+final state of the overlap tests' shapes equal).
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta
