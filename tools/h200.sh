@@ -116,6 +116,21 @@ py_log() {
 R6_SPLIT=(tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --intra tensor_cores --schedule split
   --precision 3xtf32 --recurrences decay,plain)
 R3_SPLIT=(tools/tune_r3.py --rung shared --chunks 64 --bv 64 --schedule split --recurrences decay,plain)
+# r3's split schedule per kernel (R3_SPLIT) on build/base/src (a `git archive BASE src` there, carried) and on this
+# tree, base then head once per RUN: ab_tune TAG LOG RUN... (h200_tune_r3_<TAG>_{base,head}<RUN>_<sha>.json)
+ab_tune() {
+  local tag=$1 log=$2 r=0 run which src
+  shift 2
+  for run in "$@"; do
+    for which in base head; do
+      src=$PWD/src; [ "$which" = base ] && src=$PWD/build/base/src
+      [ -d "$src" ] || { echo "no $src: git archive BASE src | tar -x -C build/base, and carry build"; r=1; continue; }
+      PYTHONPATH=/tmp/site:$src py_log "$log" 200 "${R3_SPLIT[@]}" \
+        --out "$out/h200_tune_r3_${tag}_${which}${run}_$sha.json" || r=1
+    done
+  done
+  return $r
+}
 # the two long-context shapes of issue 4 beside fla's chunk kernels: long_bench WHICH(decay|gdn|both) RUNGS LOG
 long_bench() {
   local r=0
@@ -196,24 +211,11 @@ for m in ${modes//,/ }; do
         r4_ncu_times "h200_ncu_r4_gdn_${which}_$sha" gated_delta 1,262144,2,128,128 "$src" || rc=1
       done;;
     gates_ab)
-      for which in base head; do
-        src=$PWD/src; [ "$which" = base ] && src=$PWD/build/base/src
-        [ -d "$src" ] || { echo "no $src: git archive BASE src | tar -x -C build/base, and carry build"; rc=1; continue; }
-        PYTHONPATH=/tmp/site:$src py_log gates_ab.log 200 "${R3_SPLIT[@]}" \
-          --out "$out/h200_tune_r3_gates_${which}_$sha.json" || rc=1
-      done
+      ab_tune gates gates_ab.log "" || rc=1
       bench --rungs shared --recurrences plain,decay --fla chunk --out "$out/h200_r3_$sha.json" \
         | tee -a "$out/gates_ab.log" || rc=1;;
     r3_ab)
-      tag=${AB_TAG:-ab}
-      for run in 1 2; do  # base, head, base, head: interleaved, so that the clock's drift shows as base vs base
-        for which in base head; do
-          src=$PWD/src; [ "$which" = base ] && src=$PWD/build/base/src
-          [ -d "$src" ] || { echo "no $src: git archive BASE src | tar -x -C build/base, and carry build"; rc=1; continue; }
-          PYTHONPATH=/tmp/site:$src py_log r3_ab.log 200 "${R3_SPLIT[@]}" \
-            --out "$out/h200_tune_r3_${tag}_${which}${run}_$sha.json" || rc=1
-        done
-      done;;
+      ab_tune "${AB_TAG:-ab}" r3_ab.log 1 2 || rc=1;;  # base, head, base, head: drift shows as base vs base
     r4_kernels)
       for spec in decay:1,1048576,2,128,128 gated_delta:1,262144,2,128,128; do
         r4_ncu_times "h200_ncu_r4_${spec%%:*}_$sha" "${spec%%:*}" "${spec#*:}" src || rc=1
