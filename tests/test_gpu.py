@@ -180,8 +180,9 @@ def test_exp_approx_accuracy():
     """``vec.exp_approx`` (``ex2.approx.ftz`` of x log2 e, r3's exponentials) against float64 ``exp`` over r3's
     range of exponents, x <= 0 down to float32's smallest normal result: relative error below 6e-6 (2^-22 from the
     approximation, |x| 2^-24 from rounding x log2 e), below 1e-6 for |x| <= 8; exactly 1 at 0, 0 below -104."""
-    from numba import cuda, float32
+    from numba import cuda
 
+    from linattn_numba._common import cdiv
     from linattn_numba.vec import exp_approx
 
     @cuda.jit
@@ -192,13 +193,9 @@ def test_exp_approx_accuracy():
 
     x = np.concatenate([-np.logspace(-8, np.log10(87.0), 20000), [0.0, -104.0, -200.0]]).astype(np.float32)
     y = np.zeros_like(x)
-    k[cdiv_blocks(x.size), 256](x, y)
+    k[cdiv(x.size, 256), 256](x, y)
     ref = np.exp(x.astype(np.float64))
     err = np.abs(y[:-3] - ref[:-3]) / ref[:-3]
     assert err.max() < 6e-6, err.max()
     assert err[np.abs(x[:-3]) <= 8].max() < 1e-6
     assert y[-3] == 1.0 and y[-2] == 0.0 and y[-1] == 0.0
-
-
-def cdiv_blocks(n, threads=256):
-    return -(-n // threads)

@@ -177,6 +177,21 @@ else:
 
         return sig, codegen
 
+    def _offset_ptr(context, builder, aryty, ary_val, offty, off_val):
+        """The address ``off`` elements past the array's first element (its data pointer plus ``off`` elements): the
+        ``..._at`` intrinsics' source or destination."""
+        ary = context.make_array(aryty)(context, builder, ary_val)
+        return builder.gep(ary.data, [context.cast(builder, off_val, offty, types.intp)])
+
+    def _store_vec(context, builder, vptr, tupty, tup, width):
+        """Store the float32 ``width``-tuple ``tup`` (its elements cast) at ``vptr`` as ONE vector store."""
+        vals = cgutils.unpack_tuple(builder, tup, width)
+        vec = ir.Constant(ir.VectorType(ir.FloatType(), width), ir.Undefined)
+        for e in range(width):
+            val = context.cast(builder, vals[e], tupty[e], types.float32)
+            vec = builder.insert_element(vec, val, ir.Constant(ir.IntType(32), e))
+        builder.store(vec, vptr, align=4 * width)
+
     def _vec_store(width, doc):
         """An intrinsic ``st(a, i, x)``: ``a[i : i + width] = x`` (a tuple of float32) along the last axis as ONE
         vector store (``width`` 4: 128-bit, 2: 64-bit), with no negative-index handling."""
@@ -186,12 +201,7 @@ else:
 
             def codegen(context, builder, sig, args):
                 vptr = _vec_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1], width)
-                vals = cgutils.unpack_tuple(builder, args[2], width)
-                vals = [context.cast(builder, v, t, types.float32) for v, t in zip(vals, sig.args[2])]
-                vec = ir.Constant(ir.VectorType(ir.FloatType(), width), ir.Undefined)
-                for e in range(width):
-                    vec = builder.insert_element(vec, vals[e], ir.Constant(ir.IntType(32), e))
-                builder.store(vec, vptr, align=4 * width)
+                _store_vec(context, builder, vptr, sig.args[2], args[2], width)
                 return context.get_dummy_value()
 
             return sig, codegen
@@ -215,16 +225,9 @@ else:
         sig = types.none(arr, off, x)
 
         def codegen(context, builder, sig, args):
-            aryty, offty, xty = sig.args
-            ary = context.make_array(aryty)(context, builder, args[0])
-            ptr = builder.gep(ary.data, [context.cast(builder, args[1], offty, types.intp)])
+            ptr = _offset_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1])
             vptr = builder.bitcast(ptr, ir.PointerType(ir.VectorType(ir.FloatType(), 4)))
-            vals = cgutils.unpack_tuple(builder, args[2], 4)
-            vec = ir.Constant(ir.VectorType(ir.FloatType(), 4), ir.Undefined)
-            for e in range(4):
-                val = context.cast(builder, vals[e], xty[e], types.float32)
-                vec = builder.insert_element(vec, val, ir.Constant(ir.IntType(32), e))
-            builder.store(vec, vptr, align=16)
+            _store_vec(context, builder, vptr, sig.args[2], args[2], 4)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -238,9 +241,7 @@ else:
         sig = arr.dtype(arr, off)
 
         def codegen(context, builder, sig, args):
-            aryty, offty = sig.args
-            ary = context.make_array(aryty)(context, builder, args[0])
-            return builder.load(builder.gep(ary.data, [context.cast(builder, args[1], offty, types.intp)]))
+            return builder.load(_offset_ptr(context, builder, sig.args[0], args[0], sig.args[1], args[1]))
 
         return sig, codegen
 
@@ -358,8 +359,7 @@ else:
         def codegen(context, builder, sig, args):
             smty, ity, srcty, offty, nty = sig.args
             dptr = _shared_ptr(context, builder, smty, args[0], ity, args[1])
-            gary = context.make_array(srcty)(context, builder, args[2])
-            gptr = builder.gep(gary.data, [context.cast(builder, args[3], offty, types.intp)])
+            gptr = _offset_ptr(context, builder, srcty, args[2], offty, args[3])
             return _emit_cp_async16(context, builder, dptr, gptr, nty, args[4])
 
         return sig, codegen

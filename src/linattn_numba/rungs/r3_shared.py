@@ -1980,18 +1980,17 @@ def _rows_copier(ROWS, COLS, NTH, scratch):
                 if ROWS % RSTEP == 0 or t < ROWS:
                     cp_async16_at(sm, off + t * stride + d, x, src + j * RSTEP * s1, 16 if inside else 0)
     else:
+        start, whole = _rows_copier_at(ROWS, COLS, NTH)
+
         def copy(sm, off, stride, x, b, h, t0, n, lim, c0, tid):
+            s1 = x.strides[1] >> 2
+            src = start(x, b, h, t0, c0, tid)
+            if n >= ROWS and c0 + COLS <= lim:  # the whole tile inside (all but a sequence's last chunk): no tests
+                whole(sm, off, stride, x, src, s1, tid)
+                return
             d = 4 * (tid % QPR)
             tf = tid // QPR
-            s1 = x.strides[1] >> 2
-            row0 = b * (x.strides[0] >> 2) + h * (x.strides[2] >> 2)  # row t0 + t: row0 + (t0 + t) s1
-            src = row0 + (t0 + tf) * s1 + c0 + d
-            if n >= ROWS and c0 + COLS <= lim:  # the whole tile inside (all but a sequence's last chunk): no tests
-                for j in range(J):
-                    t = tf + j * RSTEP
-                    if ROWS % RSTEP == 0 or t < ROWS:
-                        cp_async16_at(sm, off + t * stride + d, x, src + j * RSTEP * s1, 16)
-                return
+            row0 = b * (x.strides[0] >> 2) + h * (x.strides[2] >> 2)  # a valid source for the zero-filled copies
             cin = c0 + d < lim
             for j in range(J):
                 t = tf + j * RSTEP
@@ -2004,7 +2003,8 @@ def _rows_copier(ROWS, COLS, NTH, scratch):
 
 @functools.lru_cache(maxsize=None)
 def _rows_copier_at(ROWS, COLS, NTH):
-    """``(start, copy)``: :func:`_rows_copier`'s map (not ``scratch``) for a tile wholly inside ``x`` [B, T, H, n],
+    """``(start, copy)``: :func:`_rows_copier`'s map (not ``scratch``) for a tile wholly inside ``x`` [B, T, H, n]
+    (:func:`_rows_copier`'s own copies of a whole tile are these),
     from a source offset that the caller keeps and steps instead of rebuilding it at every call (the state walk
     copies the same columns of the next C rows every chunk: rebuilt, its two copies' offsets and tests took ~55
     instructions a warp and chunk, 64-bit arithmetic). ``start(x, b, h, t, c0, tid)`` is the element offset of
