@@ -38,6 +38,8 @@
 #               shape alone (r4 picks one segment there: it is its engine); bench files for figures/data
 #     ncu_r6    Nsight Compute sections of r6 (decay: the split schedule's gates / state / out kernels; gated delta:
 #               r3's intra kernel and r6's state kernel) at the standard shape
+#     oracle    tools/sanitize.py with no sanitizer: ORACLE_RUNGS (default shared,scan) x ORACLE_RECS at the GPU tier's
+#               four shapes and the sanitizer's, one process (each kernel compiled once; h200_oracle_<sha>.txt)
 #     sanitize  compute-sanitizer memcheck, racecheck, synccheck on r2-r5 at a mid-size shape
 #               (SANITIZE_RUNGS overrides the rungs, SANITIZE_TIMEOUT the seconds per tool)
 #     ncu       Nsight Compute sections of r1, r3, r5 at the standard shape (CSV for linattn_numba.ncu)
@@ -200,6 +202,14 @@ for m in ${modes//,/ }; do
       bench --shape 1,1024,16,128,128 --shape 1,4096,16,128,128 --shape 1,16384,16,128,128 \
         --shape 1,65536,16,128,128 --recurrences decay --rungs shared,scan,tensor_cores --fla chunk --softmax \
         --out "$out/h200_sweep_$sha.json" | tee "$out/sweep.log" || rc=1;;
+    oracle)
+      # no sanitizer: every rung of ORACLE_RUNGS at the GPU tier's shapes and the sanitizer's, against the oracle,
+      # in one process (each kernel variant compiled once: a process per shape spent its limit compiling)
+      timeout "${ORACLE_TIMEOUT:-300}" python3 tools/sanitize.py --rungs "${ORACLE_RUNGS:-shared,scan}" \
+        --recurrences "${ORACLE_RECS:-plain,decay,delta,gated_delta}" --shape 2,1000,4,128,128 --shape 1,777,3,64,96 \
+        --shape 3,1,2,128,128 --shape 1,300,2,100,40 --shape 2,300,2,64,80 2>&1 \
+        | grep -v "NumbaPerformanceWarning\|warn(errors" | tee "$out/h200_oracle_$sha.txt"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     sanitize)
       for tool in memcheck racecheck synccheck; do
         sanitize_one "$tool" "${SANITIZE_TIMEOUT:-150}" --rungs "${SANITIZE_RUNGS:-chunked,shared,scan,warp_roles}"

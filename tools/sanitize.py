@@ -53,7 +53,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rungs", default=",".join(la.RUNGS))
     p.add_argument("--recurrences", default=",".join(reference.RECURRENCES))
-    p.add_argument("--shape", default="2,300,2,64,80", help="B,T,H,K,V")
+    p.add_argument("--shape", action="append", default=None,
+                   help="B,T,H,K,V (repeat for several shapes in one process: each kernel variant is compiled once, "
+                        "which is most of a short run's time; default 2,300,2,64,80)")
     p.add_argument("--chunk", type=int, default=64)
     p.add_argument("--segments", type=int, default=3,
                    help="r4 scan's segment count (its cost model would pick 1 here; 3 runs all three phases "
@@ -68,6 +70,7 @@ def main(argv=None) -> int:
                    help="a folder (GPU only): write the cubin of every r5 state kernel launched there (the code the tools "
                         "instrument; a sanitizer's '+0x...' offsets are offsets into its SASS: nvdisasm -c)")
     a = p.parse_args(argv)
+    a.shape = a.shape or ["2,300,2,64,80"]
     made = None
     with contextlib.ExitStack() as stack:
         if a.cubins:  # record r5's state kernels as its launches get them, and write their cubins at the end
@@ -95,8 +98,18 @@ def _run(a) -> int:
 
 
 def _run_once(a) -> int:
-    """Every rung and recurrence of ``a`` once, with the module constants as they are now: how many were off."""
-    B, T, H, K, V = (int(x) for x in a.shape.split(","))
+    """Every shape, rung and recurrence of ``a`` once, with the module constants as they are now: how many were
+    off."""
+    bad = 0
+    for shape in a.shape:
+        if len(a.shape) > 1:
+            print(f"shape {shape}", flush=True)
+        bad += _run_shape(a, *(int(x) for x in shape.split(",")))
+    return bad
+
+
+def _run_shape(a, B, T, H, K, V) -> int:
+    """Every rung and recurrence of ``a`` at one shape: how many were off."""
     bad = 0
     for r in a.rungs.split(","):
         mod = rungs.module(r)
