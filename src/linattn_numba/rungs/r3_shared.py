@@ -472,30 +472,31 @@ The bench beside fla (``figures/data/h200_r3_ecb786c.json``, the README's rows):
 ``chunk_simple_gla`` 0.880 (1.56x; it was 1.62x), plain 1.322 against 0.812 (1.63x). The walk's critical path is
 what these changes shortened; the overlapped launch still issues in under 70 % of its cycles.
 
-Then the instructions around the walk's product and at an output block's start. Read from the SASS (``tools/sass.py shared "overlap[decay"
---threads 256 --min-blocks 2``, sm_90), the walk's path through a whole chunk from the loop's top to its first
-barrier took about 400 instructions a warp: it rebuilt in 64-bit arithmetic the copies' sources (the row base from
-b, h and t0, and the tests for a whole tile), S_c's store addresses from a 3-D index each, and the gates' indices
-clamped to the chunk (``min(t, n - 1)``), with a branch per row around each exponential; 52 bytes were spilled and
-reloaded in the loop; and b_last went to a uniform register right after its load (``R2UR``, which waits for the
-load: 1.2 % of all stall samples in the 66c6c33 profile). Now the walk keeps the copies' sources, S_c's row in
-``hs`` and the gates' row in ``bcum`` as element offsets stepped once a chunk (:func:`_rows_copier_at`,
+Then the instructions around the walk's product and at an output block's start. Read from the SASS (``tools/sass.py
+shared "overlap[decay" --threads 256 --min-blocks 2``, sm_90), the walk's path through a whole chunk from the loop's
+top to its first barrier took about 400 instructions a warp: it rebuilt in 64-bit arithmetic the copies' sources
+(the row base from b, h and t0, and the tests for a whole tile), S_c's store addresses from a 3-D index each, and
+the gates' indices clamped to the chunk (``min(t, n - 1)``), with a branch per row around each exponential; 52 bytes
+were spilled and reloaded in the loop; and b_last went to a uniform register right after its load (``R2UR``, which
+waits for the load: 1.2 % of all stall samples in the 66c6c33 profile). Now the walk keeps the copies' sources,
+S_c's row in ``hs`` and the gates' row in ``bcum`` as element offsets stepped once a chunk (:func:`_rows_copier_at`,
 :func:`linattn_numba.vec.st4_at`, :func:`linattn_numba.vec.ld1_at`; ``bcum``'s rows are whole chunks long, so the
-gates are read past n with no clamp), computes every row's factor and selects 0 past n, and b_last stays in a
-vector register: about 310 instructions on that path, nothing spilled. An output block's chunk and head come from
-thread 0, which divides by B H and H once and leaves the results beside the ticket in shared memory (every warp
-divided before: about 100 instructions a warp), and strides are shifted rather than divided by 4 (a signed 64-bit
-division: 4 instructions each). The overlapped launch: 5,104 / 4,792 SASS instructions for decay / plain (5,280 /
-4,768 before; the walk's copies now have both paths compiled in), 128 / 127 registers, 0 bytes spilled (52 / 0
-before). The kept offsets cost registers where the walk runs alone with more to hold: the split state kernel with
-h0 and ht spills 68 bytes (40 before) and r4's phase 1 (with ``lg``) 60 (none before), which reads four of them
-back from local memory (L1) a chunk. The results are the same bits (the simulator, both trees: every output and
-final state of the overlap tests' shapes equal). Timed on the H200 against the tree before (base / head / base /
-head in one device call, ``figures/data/probes/h200_tune_r3_walk_*_1da7285.json``): decay 1.374 / 1.374 ms before,
-1.374 / 1.378 after, no gain; plain 1.321 / 1.322 before, 1.317 / 1.318 after. About 3 % fewer instructions on
-the walk's critical path bought nothing for decay: the walk's stall samples in that section (17.6 % of all, the
-66c6c33 profile) are waits on its copies and barriers, not instructions issued, and the output blocks beside it
-issue most of the launch's instructions. Kept for the same bits in fewer instructions, and plain's 0.3 %.
+gates are read past n with no clamp), computes every row's factor and selects 0 past n, and b_last stays in a vector
+register: about 310 instructions on that path, nothing spilled. An output block's chunk and head come from thread 0,
+which divides by B H and H once and leaves the results beside the ticket in shared memory (every warp divided
+before: about 100 instructions a warp), and strides are shifted rather than divided by 4 (a signed 64-bit division:
+4 instructions each). The overlapped launch: 5,104 / 4,792 SASS instructions for decay / plain (5,280 / 4,768
+before; the walk's copies now have both paths compiled in), 128 / 127 registers, 0 bytes spilled (52 / 0 before).
+The kept offsets cost registers where the walk runs alone with more to hold: the split state kernel with h0 and ht
+spills 68 bytes (40 before) and r4's phase 1 (with ``lg``) 60 (none before), which reads four of them back from
+local memory (L1) a chunk. The results are the same bits (the simulator, both trees: every output and final state of
+the overlap tests' shapes equal). Timed on the H200 against the tree before (base / head / base / head in one device
+call, ``figures/data/probes/h200_tune_r3_walk_*_1da7285.json``): decay 1.374 / 1.374 ms before, 1.374 / 1.378 after,
+no gain; plain 1.321 / 1.322 before, 1.317 / 1.318 after. About 3 % fewer instructions on the walk's critical path
+bought nothing for decay: that section's stall samples (17.6 % of all in the 66c6c33 profile,
+``tools/ncu_phases.py``) were mostly waits, not issues: for a slot that another warp of the SM took (30 % of them),
+at the barrier (13 %), on global loads (11 %); and the output blocks beside the walk issue about 60 % of the
+launch's instructions. Kept for the same bits in fewer instructions, and plain's 0.3 %.
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta
