@@ -488,8 +488,11 @@ before: about 100 instructions a warp), and strides are shifted rather than divi
 4 instructions each). The overlapped launch: 5,104 / 4,792 SASS instructions for decay / plain (5,280 / 4,768
 before; the walk's copies now have both paths compiled in), 128 / 127 registers, 0 bytes spilled (52 / 0 before).
 The kept offsets cost registers where the walk runs alone with more to hold: the split state kernel with h0 and ht
-spills 68 bytes (40 before) and r4's phase 1 (with ``lg``) 60 (none before), which reads four of them back from
-local memory (L1) a chunk. The results are the same bits (the simulator, both trees: every output and final state of
+spills 68 bytes (40 before), the one that r6's split schedule runs at the standard shape (ht, 8 x 4 tiles of 64
+columns) 48 (none before) and r4's phase 1 (with ``lg``) 60 (none before). Where they are read matters more than how
+many: in the SASS of the last two, every reload inside the chunk loop is on the path of a sequence's last chunk (the
+copies with per-row tests: 1 and 4 loads, once a walk); the others are stored before the loop and read after it (the
+final state's indices). The results are the same bits (the simulator, both trees: every output and final state of
 the overlap tests' shapes equal). Timed on the H200 against the tree before (base / head / base / head in one device
 call, ``figures/data/probes/h200_tune_r3_walk_*_1da7285.json``): decay 1.374 / 1.374 ms before, 1.374 / 1.378 after,
 no gain; plain 1.321 / 1.322 before, 1.317 / 1.318 after. About 3 % fewer instructions on the walk's critical path
