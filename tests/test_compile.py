@@ -102,6 +102,37 @@ def test_offset_load_store_compile():
     assert counts == {"ld.global.f32": 1, "st.global.v4.f32": 1, "st.global.f32": 0}, counts
 
 
+_SCALAR_LS = r"""
+from numba import cuda, float32, int64
+from linattn_numba.vec import ld1, st1
+
+def k(x, y, off):
+    i = cuda.grid(1) + off
+    st1(y, i, ld1(x, i) * float32(2.0))
+
+def k_indexed(x, y, off):
+    i = cuda.grid(1) + off
+    y[i] = x[i] * float32(2.0)
+
+for f in (k, k_indexed):
+    ptx, _ = cuda.compile_ptx(f, (float32[:], float32[:], int64), cc=(9, 0))
+    print(f.__name__, ptx.count("st.f32"), ptx.count("shr.s64"))
+"""
+
+
+@pytest.mark.compile
+def test_scalar_load_store_compile():
+    """``vec.st1`` / ``vec.ld1`` (r3's output scores trade partial sums with them) compile for sm_90 to one scalar
+    store / load with no negative-index handling; Numba's ``y[i] = x[i]`` with a signed index has it (the sign
+    taken by ``shr.s64``, masked and added to the index): the comparison shows the test can tell them apart."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    r = subprocess.run([sys.executable, "-c", _SCALAR_LS], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    counts = {line.split()[0]: tuple(map(int, line.split()[1:])) for line in r.stdout.splitlines()}
+    assert counts["k"] == (1, 0), counts
+    assert counts["k_indexed"][0] == 1 and counts["k_indexed"][1] >= 1, counts
+
+
 @pytest.mark.compile
 def test_release_acquire_and_exp_approx_compile():
     """The overlapped launch's signalling (``vec.red_release_add`` by the walk, ``vec.ld_acquire`` by a waiting output

@@ -220,19 +220,22 @@ def test_offset_load_store_twins():
     assert vec._ld1_at_py(view, 1 * 120 + 3 * 24 + 5) == 1.5
 
     @cuda.jit
-    def k(x, y, base, step):
+    def k(x, y, z, base, step):
         i = cuda.grid(1)
         if i < 3:
             vec.st4_at(y, base + i * step, (vec.ld1_at(x, 2 * i), vec.ld1_at(x, 2 * i + 1), float32(i),
                                             float32(-1.0)))
+            vec.st1(z, 2 - i, vec.ld1(x, 2 * i) + float32(1.0))  # the output scores' scalar trade
 
     y = np.zeros((2, 5, 8), np.float32)
+    z = np.zeros(4, np.float32)
     x = np.arange(6, dtype=np.float32) + 0.5
-    k[1, 32](x, y, 1 * 40 + 1 * 8 + 4, 8)  # element (1, 1, 4), then a row further each
+    k[1, 32](x, y, z, 1 * 40 + 1 * 8 + 4, 8)  # element (1, 1, 4), then a row further each
     want = np.zeros_like(y)
     for i in range(3):
         want[1, 1 + i, 4:8] = (x[2 * i], x[2 * i + 1], i, -1.0)
     assert np.array_equal(y, want)
+    assert z.tolist() == [5.5, 3.5, 1.5, 0.0]
 
 
 def test_overlap_needs_equal_blocks():

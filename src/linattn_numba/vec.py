@@ -48,6 +48,11 @@ def _ld1_py(a, i):
     return a[i]
 
 
+def _st1_py(a, i, x):
+    """``a[i] = x`` (the simulator's twin of :func:`st1`)."""
+    a[i] = x
+
+
 def _cp_async16_py(sm, i, src, idx, nbytes):
     """``sm[i : i + 4]`` = the 4 floats of ``src`` from ``idx`` on (zeros when ``nbytes`` is 0): the
     simulator's (synchronous) version of :func:`cp_async16`. A tuple ``i`` counts the 4 elements on in
@@ -134,7 +139,7 @@ T8192 H2, h0 only: 2.787 ms with the asm form against 3.540, 166 against 136 reg
 nvJitLink does not reproduce (150-157 registers both ways), so reading the SASS here cannot show it."""
 
 if config.ENABLE_CUDASIM:
-    ld4, st4, st2, prefetch_l2, ld1 = _ld4_py, _st_py, _st_py, _prefetch_py, _ld1_py
+    ld4, st4, st2, prefetch_l2, ld1, st1 = _ld4_py, _st_py, _st_py, _prefetch_py, _ld1_py, _st1_py
     ld_acquire, red_release_add, exp_approx = _ld_acquire_py, _red_release_add_py, _exp_approx_py
     cp_async16, cp_async_wait_all = _cp_async16_py, _cp_async_wait_all_py
     cp_async_commit, cp_async_wait_one = _cp_async_commit_py, _cp_async_wait_one_py
@@ -284,6 +289,25 @@ else:
             i = context.cast(builder, args[1], idx_ty, types.intp)
             ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [i], wraparound=False)
             return builder.load(ptr)
+
+        return sig, codegen
+
+    @intrinsic
+    def st1(typingctx, arr, idx, x):
+        """``a[i] = x`` for an index known to be in range and non-negative: :func:`ld1`'s store (Numba's ``a[i] =
+        x`` with a signed index tests for a negative one: r3's output scores trade partial sums by scalar stores,
+        ~9 instructions each that way)."""
+        if not isinstance(idx, types.Integer):
+            return None
+        sig = types.none(arr, idx, x)
+
+        def codegen(context, builder, sig, args):
+            aryty, idx_ty, xty = sig.args
+            ary = context.make_array(aryty)(context, builder, args[0])
+            i = context.cast(builder, args[1], idx_ty, types.intp)
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [i], wraparound=False)
+            builder.store(context.cast(builder, args[2], xty, aryty.dtype), ptr)
+            return context.get_dummy_value()
 
         return sig, codegen
 

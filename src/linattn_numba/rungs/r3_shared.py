@@ -252,7 +252,7 @@ cores), at the price of a buffer of every chunk's starting state::
             kernel`)                        8 x 4 tiles, :func:`split_tile`: two blocks per SM, 128 blocks);
                                             chunk c + 1 copied meanwhile
     out     grid (NT, B H), 256 threads     O = scale (diag(gamma) Q hs[c] + Aqk V), every chunk at once
-            (:func:`_out_kernel`)           (fla's chunk_fwd_o): K and Q copied, the scores (:func:`_scores`)
+            (:func:`_out_kernel`)           (fla's chunk_fwd_o): K and Q copied, the scores (:func:`_out_scores`)
                                             while S_c's first slab arrives, then slabs of S_c and of V through
                                             three buffers: acc = Q S_c, acc *= gamma_t, acc += Aqk V (up to the
                                             diagonal), one 4 x 8 tile a thread
@@ -570,7 +570,7 @@ BV_DEFAULT = 64
 
 # 128-bit loads and stores (moved to linattn_numba.vec so r1's decode step can use them too)
 from ..vec import (cp_async16_at, cp_async_commit, cp_async_wait_all, cp_async_wait_one, ld1, ld4,  # noqa: E402
-                   exp_approx, ld1_at, ld_acquire, prefetch_l2, red_release_add, st4, st4_at)
+                   exp_approx, ld1_at, ld_acquire, prefetch_l2, red_release_add, st1, st4, st4_at)
 
 
 @cuda.jit(device=True, inline="always")
@@ -1026,6 +1026,105 @@ def _scores(sm, O_K, O_Q, O_AQK, O_LA, O_B, O_BETA, KS, CS, C4, KP, tid, has_g, 
                 sm[O_AQK + t * CS + s] = acc_qk[4 * i + j] * dec if le else float32(0.0)
             if delta:
                 sm[O_LA + t * CS + s] = sm[O_BETA + t] * acc_kk[4 * i + j] * dec if lt else float32(0.0)
+
+
+@cuda.jit(device=True, inline="always")
+def _half_scores_step(sm, acc, qa, kb, pq, pk, rq, rk):
+    """:func:`_out_scores`' step, 4 values of d: acc[8 i + j] += sum_{f < 4} Q[i, f] K[j, f] for the entries (i, j)
+    that can lie on or below the diagonal (j <= 2 i + 1), Q's row i at ``sm[pq + i rq]``, K's row j at ``sm[pk + j
+    rk]``: 12 loads of 16 bytes, then 80 FMAs (:func:`_scores_step8`: 16 loads per 80)."""
+    for i in range(4):
+        x = ld4(sm, pq + i * rq)
+        for f in range(4):
+            qa[4 * i + f] = x[f]
+    for j in range(8):
+        y = ld4(sm, pk + j * rk)
+        for f in range(4):
+            kb[4 * j + f] = y[f]
+    for i in range(4):
+        for j in range(2 * i + 2):
+            for f in range(4):
+                acc[8 * i + j] += qa[4 * i + f] * kb[4 * j + f]
+
+
+@cuda.jit(device=True, inline="always")
+def _half_scores_send(sm, acc, i, tr, tc, O_AQK, CS, C4, C8):
+    """Put a thread's partial sums of tile row i (entries that can lie on or below the diagonal) where they
+    belong in Aqk, for the thread of the other half that finishes that row."""
+    p = O_AQK + (tr + C4 * i) * CS + tc
+    for j in range(2 * i + 2):
+        st1(sm, p + C8 * j, acc[8 * i + j])
+
+
+@cuda.jit(device=True, inline="always")
+def _half_scores_finish(sm, acc, i, tr, tc, O_AQK, O_B, CS, C4, C8, has_g):
+    """Aqk[t, s] = (own + other half's partial sum) Gamma_ts for s <= t, 0 above, on tile row i (t = tr + C/4 i)
+    and columns s = tc + C/8 j. Sub-tile j < 2 i lies below the diagonal, j > 2 i + 1 above it; only j = 2 i
+    (s <= t as tc <= tr) and 2 i + 1 (as tc + C/8 <= tr) test (constants once unrolled)."""
+    t = tr + C4 * i
+    bt = ld1(sm, O_B + t) if has_g else float32(0.0)
+    p = O_AQK + t * CS + tc
+    for j in range(8):
+        if j > 2 * i + 1:
+            st1(sm, p + C8 * j, float32(0.0))
+            continue
+        le = j < 2 * i or (j == 2 * i and tc <= tr) or (j == 2 * i + 1 and tc + C8 <= tr)
+        val = float32(0.0)
+        if le:
+            val = acc[8 * i + j] + ld1(sm, p + C8 * j)
+            if has_g:
+                val *= exp_approx(bt - ld1(sm, O_B + tc + C8 * j))  # b_t - b_s <= 0: never overflows
+        st1(sm, p + C8 * j, val)
+
+
+@cuda.jit(device=True, inline="always")
+def _out_scores(sm, O_K, O_Q, O_AQK, O_B, KS, CS, C, KP, tid, has_g):
+    """The split schedule's output kernel's scores: sm[O_AQK + t CS + s] = Aqk[t, s] = (Q K^T)[t, s] Gamma_ts for
+    s <= t, 0 above (what :func:`_scores` computes with ``out`` alone), K's and Q's rows at O_K, O_Q (stride KS,
+    KP columns), b_t at O_B. The caller syncs before and after.
+
+    Why not :func:`_scores`' map: a 4 x 4 tile a thread (16 entries, C^2 / 16 threads) reads 8 float4 per 4 values
+    of d for 40 FMAs (6 of its 16 sub-tiles lie above the diagonal): 5 FMAs per 128-bit shared load, the output
+    kernel's scores held a fifth of its stall samples for an eighth of its instructions, waiting on shared loads
+    (short scoreboard, MIO). Here each half of the block takes half of d and a 4 x 8 tile (rows tr + C/4 i,
+    columns tc + C/8 j: 20 of its 32 entries can lie on or below the diagonal): 12 float4 per 80 FMAs, a quarter
+    fewer loads for the same FMAs. The halves then trade partial sums through Aqk itself (each entry written by
+    one thread, and after the barrier read and overwritten by the one other thread that owns it in the other
+    half: no extra shared memory), and each finishes two of the four tile rows (10 entries each): half 0 rows 0
+    and 3, half 1 rows 1 and 2. Map within a half (C^2 / 32 threads): tr = p // (C/8), tc = p % (C/8); at C =
+    64 a warp holds 4 tr x 8 tc, and each of its loads reads 4 or 8 consecutive rows (row stride KP + 4 floats:
+    distinct bank groups), one wavefront."""
+    C4 = C // 4
+    C8 = C // 8
+    HALF = C4 * C8
+    half = tid // HALF
+    p = tid - half * HALF
+    tr = p // C8
+    tc = p - tr * C8
+    acc = cuda.local.array(32, float32)
+    qa = cuda.local.array(16, float32)
+    kb = cuda.local.array(32, float32)
+    for e in range(32):
+        acc[e] = float32(0.0)
+    d0 = half * (KP // 2)
+    pq = O_Q + tr * KS + d0
+    pk = O_K + tc * KS + d0
+    for d in range(0, KP // 2, 8):  # KP >= 16: a whole number of steps of 8
+        _half_scores_step(sm, acc, qa, kb, pq + d, pk + d, C4 * KS, C8 * KS)
+        _half_scores_step(sm, acc, qa, kb, pq + d + 4, pk + d + 4, C4 * KS, C8 * KS)
+    if half == 0:
+        _half_scores_send(sm, acc, 1, tr, tc, O_AQK, CS, C4, C8)
+        _half_scores_send(sm, acc, 2, tr, tc, O_AQK, CS, C4, C8)
+    else:
+        _half_scores_send(sm, acc, 0, tr, tc, O_AQK, CS, C4, C8)
+        _half_scores_send(sm, acc, 3, tr, tc, O_AQK, CS, C4, C8)
+    cuda.syncthreads()  # every partial sum sent: each thread reads the other half's for its own rows
+    if half == 0:
+        _half_scores_finish(sm, acc, 0, tr, tc, O_AQK, O_B, CS, C4, C8, has_g)
+        _half_scores_finish(sm, acc, 3, tr, tc, O_AQK, O_B, CS, C4, C8, has_g)
+    else:
+        _half_scores_finish(sm, acc, 1, tr, tc, O_AQK, O_B, CS, C4, C8, has_g)
+        _half_scores_finish(sm, acc, 2, tr, tc, O_AQK, O_B, CS, C4, C8, has_g)
 
 
 @functools.lru_cache(maxsize=None)
@@ -2202,7 +2301,7 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
     (``r6_tensor_cores._out_pipe_kernel``). ``pad``: floats after every slab row (r6's B fragments read down 4 slab
     rows: 8 floats keep them conflict-free).
 
-    K's and Q's rows arrive by ``cp.async`` (:func:`_rows_copier`), then the scores (:func:`_scores`) run while
+    K's and Q's rows arrive by ``cp.async`` (:func:`_rows_copier`), then the scores (:func:`_out_scores`) run while
     the first slab of S_c arrives. After them everything streams in slabs of SR rows x CBW columns through three
     buffers (X0, and X1, X2 in K's space, free once the scores are done): per pass of CBW value columns, S_c's
     K' / SR slabs (``acc += Q[:, slab] S_c[slab, :]``), then ``acc *= gamma_t``, then the chunk's C / SR value
@@ -2289,7 +2388,7 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
         if not wait:
             cp_async_wait_one()
             cuda.syncthreads()  # K's and Q's rows and b in place
-        _scores(sm, O_R, O_Q, O_AQK, O_AQK, O_B, O_B, KS, CS, C4, KP, tid, has_g, False, True)
+        _out_scores(sm, O_R, O_Q, O_AQK, O_B, KS, CS, C, KP, tid, has_g)
         cp_async_wait_all()
         w = float32(1.0)
         if has_x:
