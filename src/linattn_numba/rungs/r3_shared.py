@@ -501,6 +501,23 @@ bought nothing for decay: that section's stall samples (17.6 % of all in the 66c
 at the barrier (13 %), on global loads (11 %); and the output blocks beside the walk issue about 60 % of the
 launch's instructions. Kept for the same bits in fewer instructions, and plain's 0.3 %.
 
+Then the output blocks' scores (:func:`_out_scores`). In the 66c6c33 profile they held 20.7 % of the overlapped
+launch's stall samples for 13 % of its instructions (``tools/ncu_phases.py``), waiting on shared loads (short
+scoreboard, MIO): :func:`_scores`' 4 x 4 tile a thread reads 8 float4 per 4 values of d for the 40 FMAs of its 10
+sub-tiles on or below the diagonal, 5 FMAs a load. Two blocks per SM leave no registers or shared memory to give each
+thread more entries, but each half of the block can take half of d: a 4 x 8 tile a thread (rows tr + C/4 i, columns
+tc + C/8 j, 20 of 32 entries on or below the diagonal) reads 12 float4 per 80 FMAs. The halves trade their partial
+sums through Aqk itself (one barrier more; each thread then finishes 10 entries, with their exponentials) and
+:func:`linattn_numba.vec.st1` stores them without Numba's negative-index test. In the SASS (``tools/sass.py``, sm_90)
+a thread's scores loop runs 8 x 197 instructions with 192 shared loads, where it ran 8 x 205 with 256, and the
+epilogue is about half as long; the overlapped launch keeps 128 registers and spills nothing. The sum over d is now
+two halves added: not the same bits, closer to the oracle. H200 at B4 T8192 H16 K=V=128, per kernel, base / head /
+base / head in one device call (``figures/data/probes/h200_tune_r3_scores_*_edce086.json``, base 46dd6cc): decay
+1.374 / 1.342 / 1.374 / 1.341 ms, plain 1.317 / 1.290 / 1.317 / 1.290 (-2.3 % and -2.1 %); relative error
+against the oracle 5.7e-7 -> 4.6e-7 (decay), 3.3e-6 (plain). At the GPU tier's shapes and the sanitizer's (T = 1,
+T = 777 and 300, K = 64 and 100, V = 40 to 128) r3's decay and plain output and final state match the oracle
+within 1.4e-6 (``probes/h200_oracle_shared_additive_edce086.txt``).
+
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta
 family (whose P1 ``W S`` feeds the state), the fused schedule runs. compute-sanitizer's memcheck, racecheck and

@@ -1127,7 +1127,8 @@ def _out_pipe_kernel(C, KP, has_g, has_x, three):
     """r3's pipelined output kernel (``r3._out_pipeline``: the same copies, slabs, buffers, barriers and deferred
     start state as r3's ``_out_kernel``) with its two products on the tensor cores (:func:`_out_pipe_products`),
     slab rows padded (:func:`_out_pipe_layout`: a B fragment reads down 4 slab rows). The scores stay r3's FMA tiles
-    (``r3._scores``: 10 of their 16 sub-tiles, a fifth of the multiply-adds): on the tensor cores (:func:`_scores_tc`)
+    (``r3._out_scores``, a fifth of the multiply-adds; 4 x 4 tiles of ``r3._scores`` until edce086, when this
+    comparison was made): on the tensor cores (:func:`_scores_tc`)
     this kernel was slower on the H200 (decay 1.375 against 1.322 ms for the forward,
     ``probes/h200_tune_r6_pipe_2af77ac.json``).
 
