@@ -158,7 +158,8 @@ BV_DEFAULT = 64
 # src/linattn_numba/rungs/r3_shared.py (or with inspect.getsource); the launch code below also uses the package's
 # _launch, _rows_aligned and scratch_buffers. The split schedule's pieces (_gates_kernel and its launch
 # _gates_launch, _split_state_kernel with its tilings split_tile / split_state_threads / _p2_rows4_tall and its walk
-# _split_state_body, _out_kernel: the slab pipeline _out_pipeline / _out_body with r3's products _out_fma_products,
+# _split_state_body, _out_kernel: the slab pipeline _out_pipeline / _out_body with r3's products _out_fma_products
+# and its scores _out_scores (each half of the block over half of d: _half_scores_step / _send / _finish),
 # their copiers _rows_copier / _rows_copier_at / _rows_scaler / _rows_adder, the walk and the output in one launch
 # _overlap_kernel with overlap_bytes, _flags, _zero_flags and _backoff, _split_runs, _split_launches, and
 # split_deferred, r4's phases 1 and 3) are given whole: the exercise's forward runs the fused schedule.
@@ -166,7 +167,11 @@ BV_DEFAULT = 64
 from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _backoff,
     _flags,
+    _half_scores_finish,
+    _half_scores_send,
+    _half_scores_step,
     _out_body,
+    _out_scores,
     _overlap_kernel,
     _split_state_body,
     _zero_flags,
