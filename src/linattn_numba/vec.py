@@ -292,6 +292,16 @@ else:
 
         return sig, codegen
 
+    def _shared_ptr(context, builder, smty, sm_val, ity, i_val):
+        """The address of ``sm[i]`` (``i`` an index or a tuple of indices), with no negative-index handling."""
+        sary = context.make_array(smty)(context, builder, sm_val)
+        if isinstance(ity, types.BaseTuple):  # sm[i0, i1, ...] or sm[i]
+            sinds = cgutils.unpack_tuple(builder, i_val, len(ity))
+            sinds = [context.cast(builder, v, t, types.intp) for v, t in zip(sinds, ity)]
+        else:
+            sinds = [context.cast(builder, i_val, ity, types.intp)]
+        return cgutils.get_item_pointer(context, builder, smty, sary, sinds, wraparound=False)
+
     @intrinsic
     def st1(typingctx, arr, idx, x):
         """``a[i] = x`` for an index known to be in range and non-negative: :func:`ld1`'s store (Numba's ``a[i] =
@@ -303,23 +313,11 @@ else:
 
         def codegen(context, builder, sig, args):
             aryty, idx_ty, xty = sig.args
-            ary = context.make_array(aryty)(context, builder, args[0])
-            i = context.cast(builder, args[1], idx_ty, types.intp)
-            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [i], wraparound=False)
+            ptr = _shared_ptr(context, builder, aryty, args[0], idx_ty, args[1])
             builder.store(context.cast(builder, args[2], xty, aryty.dtype), ptr)
             return context.get_dummy_value()
 
         return sig, codegen
-
-    def _shared_ptr(context, builder, smty, sm_val, ity, i_val):
-        """The address of ``sm[i]`` (``i`` an index or a tuple of indices), with no negative-index handling."""
-        sary = context.make_array(smty)(context, builder, sm_val)
-        if isinstance(ity, types.BaseTuple):  # sm[i0, i1, ...] or sm[i]
-            sinds = cgutils.unpack_tuple(builder, i_val, len(ity))
-            sinds = [context.cast(builder, v, t, types.intp) for v, t in zip(sinds, ity)]
-        else:
-            sinds = [context.cast(builder, i_val, ity, types.intp)]
-        return cgutils.get_item_pointer(context, builder, smty, sary, sinds, wraparound=False)
 
     def _emit_cp_async16(context, builder, dptr, gptr, nty, n_val, in_ir=True):
         """``cp.async.cg.shared.global [dptr], [gptr], 16, n``. ``in_ir``: the generic pointers are cast to the
