@@ -98,6 +98,45 @@ def test_split_schedule(recurrence, T, K, V, with_h0, with_ht):
         assert rel_err(h_s, h_f) <= TOL_FP32
 
 
+@pytest.mark.parametrize("recurrence,B,H,T,C,K,V,bv,rows,with_h0,with_ht", [
+    ("gated_delta", 1, 2, 70, 64, 24, 12, None, 4, True, True), ("delta", 1, 1, 45, 16, 16, 24, 8, 8, False, True),
+    ("gated_delta", 2, 1, 1, 32, 32, 32, None, 4, False, False), ("delta", 1, 1, 100, 32, 20, 8, None, 8, True, False),
+    ("gated_delta", 1, 1, 77, 16, 40, 16, 8, 4, True, True)], ids=str)
+def test_split_delta(monkeypatch, recurrence, B, H, T, C, K, V, bv, rows, with_h0, with_ht):
+    """The delta family's split schedule (``schedule="split"``; not the default, ``DELTA_SCHEDULE``): the intra kernel
+    in state-only mode (W, U), the walk (``_split_delta_kernel``: S_c to hs, V_new = U - W S_c to vnew), the additive
+    output kernel on V_new. T = 1, T not a multiple of C (a short last chunk; an odd number of chunks, so both buffers
+    of the walk hold a last chunk in some case), K != V, K' > K (W's zero columns), several value tiles of a head
+    (bv = 8 at V = 16 and 24), both tilings of the state (rows: 8 x 4 through SPLIT_ROWS), with and without h0 / ht;
+    against the float64 recurrence and equal to the fused schedule within float32 error."""
+    inp = make(B, T, H, K, V, recurrence, seed=T + K + V + C)
+    kw = {} if bv is None else {"bv": bv}
+    assert r3.DELTA_SCHEDULE == "fused" and _kernel_names(inp, C, **kw) == ["intra", "state"]
+    assert _kernel_names(inp, C, schedule="split", **kw) == ["intra", "state", "out"]
+    monkeypatch.setattr(r3, "SPLIT_ROWS", rows)
+    with kernels_made(r3, "_split_delta_kernel") as made:
+        check(inp, C, with_h0, with_ht, schedule="split", **kw)
+    assert [args[-1] for args, _, _ in made] == [rows]
+    o_s, h_s = run(inp, C, with_h0, with_ht, schedule="split", **kw)
+    o_f, h_f = run(inp, C, with_h0, with_ht, schedule="fused", **kw)
+    assert rel_err(o_s, o_f) <= TOL_FP32
+    if with_ht:
+        assert rel_err(h_s, h_f) <= TOL_FP32
+
+
+def test_split_delta_falls_back():
+    """Where the delta family's split walk cannot run, ``schedule="split"`` gives the fused schedule: a value tile
+    whose buffers exceed SPLIT_DELTA_SMEM (bv = 128 at C = 64, K' = 128: 270 KB), float16 inputs; the walk's layout
+    at the standard shape's tile is what its docstring says (205,056 bytes: one block per SM)."""
+    assert r3._split_delta_layout(64, 128, 64)[-1] * 4 == 205056 <= r3.SPLIT_DELTA_SMEM
+    assert r3._split_delta_layout(64, 128, 128)[-1] * 4 > r3.SPLIT_DELTA_SMEM
+    gd = make(1, 20, 1, 128, 128, "gated_delta", seed=41)
+    assert _kernel_names(gd, 64, schedule="split") == ["intra", "state", "out"]
+    assert _kernel_names(gd, 64, schedule="split", bv=128) == ["intra", "state"]
+    assert _kernel_names(make(1, 20, 1, 16, 8, "delta", seed=42, dtype=np.float16), 64, schedule="split") == [
+        "intra", "state"]
+
+
 @pytest.mark.parametrize("recurrence,T,C,K,V,bv,rows", [
     ("decay", 150, 64, 40, 16, None, 8), ("plain", 45, 16, 16, 24, 8, 8), ("decay", 77, 32, 24, 12, None, 4)],
     ids=str)
@@ -471,9 +510,11 @@ def test_module_contract():
     # and output kernels of plain and decay (the general state kernel storing S_c; the pipelined one in its two
     # tilings, with h0 and ht and writing lg; the two in one launch, OVERLAP, in both tilings; the output kernel,
     # and the one adding x: split_deferred); its gates kernel for float32 and float16 gates, and the one that also
-    # zeroes the overlapped launch's counts; the counts' zeroing without gates
-    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 9 + 3 + 1
+    # zeroes the overlapped launch's counts; the counts' zeroing without gates; the delta family's split walk in
+    # both tilings (delta, gated delta)
+    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 9 + 2 * 2 + 3 + 1
     assert r3.SCHEDULES == ("fused", "split") and r3.SCHEDULE == "split"  # the measured default (docstring)
+    assert r3.DELTA_SCHEDULE == "fused"  # the delta family's split is not measured on the H200 yet (docstring)
 
 
 _COMPILE_SCRIPT = """

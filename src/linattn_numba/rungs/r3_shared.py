@@ -519,11 +519,11 @@ T = 777 and 300, K = 64 and 100, V = 40 to 128) r3's decay and plain output and 
 within 1.4e-6 (``probes/h200_oracle_shared_additive_edce086.txt``).
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
-copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta
-family (whose P1 ``W S`` feeds the state), the fused schedule runs. compute-sanitizer's memcheck, racecheck and
-synccheck: ``figures/data/h200_sanitize_par_*.txt`` (the README's list); the 8 x 4 tiling, forced at the sanitizer's
-shape (B2 T300 H2 K64 V80, where the rule picks 4 x 4) by ``tools/sanitize.py --vary r3_shared.SPLIT_ROWS=8 --vary
-r3_shared.SPLIT_BV=64``, under r3, r6 and r4 (plain, decay): nothing reported
+copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and by default for
+the delta family (its own split: the next section but one), the fused schedule runs. compute-sanitizer's memcheck,
+racecheck and synccheck: ``figures/data/h200_sanitize_par_*.txt`` (the README's list); the 8 x 4 tiling, forced at
+the sanitizer's shape (B2 T300 H2 K64 V80, where the rule picks 4 x 4) by ``tools/sanitize.py --vary
+r3_shared.SPLIT_ROWS=8 --vary r3_shared.SPLIT_BV=64``, under r3, r6 and r4 (plain, decay): nothing reported
 (``figures/data/h200_sanitize_par_5661884.txt``).
 
 The start state deferred (:func:`split_deferred`, for r4 ``scan``): the state kernel can walk from zero while the
@@ -536,6 +536,37 @@ this one's arguments (``out_kernel``): r6 and r4 pass r6's, which is this kernel
 tensor-core tiles (0.676 against 0.891 ms for decay at the standard shape: r6's docstring). The output kernel is
 written once for both: :func:`_out_pipeline` has the copies, slabs, buffers, barriers and the deferred start
 state, and takes the product steps as a parameter (r3's :func:`_out_fma_products`, r6's ``_out_pipe_products``).
+
+The split schedule for the delta family (``schedule="split"``; not the default: :data:`DELTA_SCHEDULE`). For the
+delta rule P1's ``W S`` does feed the state (V_new = U - W S_c), so it must stay in the walk, but the output's part
+need not: fla's ``chunk_gated_delta_rule`` walks with ``W S`` and the update only, storing every chunk's state and
+V_new, then computes o = scale (diag(gamma) Q S_c + Aqk V_new) for every chunk in parallel -- the additive output
+with V_new for V. Here::
+
+    intra   (NT, B H), 256 threads          state-only mode (as r4's phase 1 runs it): b, Lkk, A, W, U -> bcum, w, u
+    state   (V / BV, B H), 256 threads      per chunk: hs[c] = S_c; V_new = U - W S_c -> vnew [B, T, H, V] and, times
+            (:func:`_split_delta_kernel`)   gamma_C / gamma_t, over U in shared memory; S <- gamma_C S + K^T V_new
+                                            (:func:`_split_state_body`'s walk with P1 put back: K, W, U copied a
+                                            chunk ahead by ``cp.async``; S_c also to shared memory for P1)
+    out     (NT, B H), 256 threads          :func:`_out_kernel` on (q, k, vnew): scores, Q S_c, Aqk V_new
+
+What it takes out of the fused schedule: the intra kernel's Aqk, Q' = diag(gamma) Q - Aqk W and U'' = Aqk U, the
+walk's Q' S (half of its P1) and the qp / u2 buffers (512 MiB at the standard shape); what it adds: the output
+kernel's scores and products (as the additive family's), hs (512 MiB) and vnew (256 MiB) written and read once.
+Its walk, per thread and chunk at 8 x 4 tiles of 64 columns, does P1 (a 4 x 4 tile of V_new over all K': 2,048
+FMAs) and P2 (2,048): twice the additive walk's work between the same copies, with three barriers, not two; its
+shared memory (two buffers each of K, W, U, and S_c: 205,056 bytes at C = 64, K' = 128) leaves one block per SM,
+so no output block can run beside it (no overlapped launch). ``tools/sass.py`` (sm_90, launch bounds 256 x 1):
+168 registers for the gated delta rule (178 in 4 x 4 tiles with h0 and ht), 158 for the delta rule, no spills.
+In 4 x 4 tiles of 32 columns (few walkers, :func:`split_tile`) P1 has (C / 4)(BV / 4) = 128 tiles for 256
+threads: half of them wait at its barrier.
+
+The prediction from pieces measured alone at the standard shape: the intra kernel in state-only mode 1.04 ms
+(r4's phase 1 at B1 T262144 H2, the same 8,192 blocks: ``figures/data/probes/h200_ncu_r4_gated_delta_d8b443d.csv``),
+the output kernel ~0.86 ms (decay's), the walk ~1.1 ms if it keeps the additive walk's rate (0.560 ms for half
+the work): ~3.0 ms against the fused schedule's 3.61 (gated delta). Not measured yet on the H200 (no device in the
+session that wrote it), so the fused schedule stays the delta family's default; ``tools/h200.sh delta_split``
+times both per kernel (oracle-checked) and runs its GPU tests, ``delta_split_bench`` benches it beside fla.
 
 Numerics: every product accumulates in float32; float16 inputs are converted on load; every exponent is a
 difference of in-chunk cumulative log-gates b_t - b_s <= 0 (gamma_t = exp(b_t), gamma_C / gamma_t =
@@ -1763,11 +1794,12 @@ def _gates_launch(g, bcum, C, stream, flags=None):
     _launch(_gates_kernel(C, flags is not None), cdiv(n, GATES_THREADS), GATES_THREADS, 0, stream, (g, bcum, fl))
 
 
-def split_fits(K, V, C, delta, out, vin) -> bool:
-    """Whether the split schedule can run: the additive family with the output, float32 inputs and output with
-    16-byte aligned rows (``vin``), and sizes that the output kernel's fixed-map copies take (whole rows of K' and
-    of 2 C columns per pass of the block: at K' = 128, C = 32 or 64)."""
-    if delta or not out or not vin:
+def split_fits(K, V, C, delta, out, vin, delta_split=False) -> bool:
+    """Whether the split schedule can run: the additive family (and with ``delta_split`` the delta family too:
+    :func:`_split_delta_kernel`) with the output, float32 inputs and output with 16-byte aligned rows (``vin``), and
+    sizes that the output kernel's fixed-map copies take (whole rows of K' and of 2 C columns per pass of the block:
+    at K' = 128, C = 32 or 64)."""
+    if (delta and not delta_split) or not out or not vin:
         return False
     KP = padded_k(K)
     NTH = (C // 4) ** 2
@@ -2051,6 +2083,180 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
                         ht[b, h, rg * TR + i, v0 + cg * 4 + j] = S[4 * i + j]
 
     return cuda.jit(device=True, inline="always")(split_state)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the split schedule for the delta family: the walk computes V_new and stores it beside S_c
+# ----------------------------------------------------------------------------------------------------------
+DELTA_SCHEDULE = "fused"  # forward(schedule=None)'s choice for the delta family (SCHEDULE: the additive family's)
+
+
+def _split_delta_layout(C, KP, BV):
+    """Offsets (floats) of :func:`_split_delta_kernel`'s shared arrays and the total: two chunk buffers of K's rows
+    and two of W's [C, KP + 4], two of U's value tile [C, BV + 4] (V_new times gamma_C / gamma_t over it after P1),
+    S_c [KP, BV + 4], the factors gamma_C / gamma_t [C]. 205,056 bytes at C = 64, K' = 128, BV = 64: one block
+    per SM."""
+    KS, VS = KP + 4, BV + 4
+    o_k = 0
+    o_w = o_k + 2 * C * KS
+    o_v = o_w + 2 * C * KS
+    o_s = o_v + 2 * C * VS
+    o_f = o_s + KP * VS
+    return o_k, o_w, o_v, o_s, o_f, o_f + C
+
+
+SPLIT_DELTA_SMEM = 227 * 1024  # the most dynamic shared memory one block may opt in to (H100 / H200)
+
+
+@functools.lru_cache(maxsize=None)
+def _split_delta_kernel(C, KP, BV, has_g, has_h0, has_ht, rows=4):
+    """The split schedule's state walk for the delta family, ``split_delta(k, w, u, bcum, h0, ht, hs, vnew)`` on block
+    (x, y) = (value tile, b H + h): :func:`_split_state_body` with the delta rule's P1 put back in. Per chunk c::
+
+        hs[c] = S_c;  V_new = U - W S_c  -> vnew (rows t < n);  S <- gamma_C S + K^T diag(gamma_C / gamma) V_new
+
+    with W, U from the intra kernel in state-only mode (``w`` [BH, T', K'], ``u`` [BH, T', V]; rows past the
+    sequence's end are zero there) and ``vnew`` [B, T, H, V], which the additive output kernel then reads in place of
+    v: o = scale (diag(gamma) Q S_c + Aqk V_new) is the additive family's output with V_new for V (fla's
+    ``chunk_gated_delta_rule`` splits the same way: ``chunk_gated_delta_rule_fwd_h``, then ``chunk_fwd_o``).
+
+    Copies as :func:`_split_state_body`'s: chunk c + 1's rows of K, W and U go by ``cp.async`` into the second of two
+    buffers while chunk c is computed. The state S lives in registers as there (``rows`` x 4 a thread, by
+    :func:`_quad_map`) and is also written to shared memory each chunk, the right factor of P1. P1 is
+    :func:`_state_kernel`'s (4 x 4 tiles of [C, BV], rows rr + C/4 i, over all K'; one tile per thread where
+    (C / 4)(BV / 4) is the thread count: 8 x 4 tiles of 64 columns, :func:`split_tile`'s choice at the standard
+    shape); its epilogue stores V_new to ``vnew`` and V_new gamma_C / gamma_t over U, the right factor of P2 (each
+    thread rewrites only its own tile: no barrier between). Three barriers per chunk: staged (and S_c written),
+    V_new complete, buffers read. Sizes as :func:`split_fits` asks (float32 with 16-byte rows, V a multiple of 4).
+    """
+    BV4 = BV // 4
+    TR = rows
+    TS = 4 * TR
+    NTH = split_state_threads(KP, BV, TR)
+    WIDE = BV4 % 8 == 0
+    KS, VS = KP + 4, BV + 4
+    O_K, O_W, O_V, O_S, O_F, _ = _split_delta_layout(C, KP, BV)
+    R4 = C // 4
+    NT1 = R4 * BV4  # P1's 4 x 4 tiles of V_new [C, BV]
+    cp_k = _rows_copier(C, KP, NTH, False)
+    start_k, cpat_k = _rows_copier_at(C, KP, NTH)
+    cp_w = _rows_copier(C, KP, NTH, True)  # scratch rows are whole chunks (zero past the end): no row tests
+    cp_u = _rows_copier(C, BV, NTH, True)
+
+    def split_delta(k, w, u, bcum, h0, ht, hs, vnew):
+        """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk."""
+        T, H, K = k.shape[1], k.shape[2], k.shape[3]
+        V = vnew.shape[3]
+        NC = (T + C - 1) // C
+        sm = cuda.shared.array(0, float32)
+        bh = cuda.blockIdx.y
+        b = bh // H
+        h = bh % H
+        v0 = cuda.blockIdx.x * BV
+        tid = cuda.threadIdx.x
+        rg, cg = _quad_map(tid, BV4, WIDE)  # the thread's state rows TR rg .. TR rg + TR - 1, columns 4 cg ..
+        S = cuda.local.array(TS, float32)
+        acc = cuda.local.array(16, float32)
+        xa = cuda.local.array(32, float32)
+        ya = cuda.local.array(32, float32)
+        for i in range(TR):
+            for j in range(4):
+                S[4 * i + j] = float32(0.0)
+                if has_h0 and rg * TR + i < K and v0 + cg * 4 + j < V:
+                    S[4 * i + j] = h0[b, h, rg * TR + i, v0 + cg * 4 + j]
+        NF = T // C
+        sk1 = k.strides[1] >> 2
+        kwhole = K >= KP
+        srck = start_k(k, b, h, C, 0, tid)
+        hs1 = hs.strides[1] >> 2
+        ho = bh * (hs.strides[0] >> 2) + rg * TR * hs1 + v0 + cg * 4
+        go = bh * (bcum.strides[0] >> 2)
+        if NC > 0:  # chunk 0 into buffer 0
+            cp_k(sm, O_K, KS, k, b, h, 0, min(C, T), K, 0, tid)
+            cp_w(sm, O_W, KS, w, bh, 0, KP, 0, tid)
+            cp_u(sm, O_V, VS, u, bh, 0, V, v0, tid)
+        cp_async_commit()
+        for c in range(NC):
+            t0 = c * C
+            n = min(C, T - t0)
+            p = c % 2
+            if c + 1 < NC:  # chunk c + 1 into the other buffers: last read by chunk c - 1, before its last barrier
+                if c + 1 < NF and kwhole:
+                    cpat_k(sm, O_K + (1 - p) * C * KS, KS, k, srck, sk1, tid)
+                else:
+                    cp_k(sm, O_K + (1 - p) * C * KS, KS, k, b, h, t0 + C, min(C, T - t0 - C), K, 0, tid)
+                srck += C * sk1
+                cp_w(sm, O_W + (1 - p) * C * KS, KS, w, bh, t0 + C, KP, 0, tid)
+                cp_u(sm, O_V + (1 - p) * C * VS, VS, u, bh, t0 + C, V, v0, tid)
+            cp_async_commit()
+            # S_c to hs (the output kernel's) and to shared memory (P1's right factor; last read before the
+            # previous chunk's second barrier)
+            for i in range(TR):
+                sq = (S[4 * i], S[4 * i + 1], S[4 * i + 2], S[4 * i + 3])
+                if v0 + cg * 4 < V:  # V is a multiple of 4 here (split_fits): whole quads
+                    st4_at(hs, ho + i * hs1, sq)
+                st4(sm, O_S + (rg * TR + i) * VS + cg * 4, sq)
+            ho += KP * hs1
+            b_last = float32(0.0)
+            if has_g:
+                b_last = ld1_at(bcum, go + t0 + n - 1)
+                for t in range(tid, C, NTH):  # gamma_C / gamma_t, 0 past the end (bcum's rows are whole chunks)
+                    f = exp_approx(b_last - ld1_at(bcum, go + t0 + t))  # b_t >= b_last: never overflows
+                    sm[O_F + t] = f if t < n else float32(0.0)
+            cp_async_wait_one()  # this thread's copies of chunk c have landed
+            cuda.syncthreads()  # chunk c's K, W, U rows, S_c and the factors in place for all
+
+            # -- P1: V_new = U - W S_c; V_new to vnew, V_new gamma_C / gamma_t over U (each thread its own tile) --
+            pw = O_W + p * C * KS
+            pu = O_V + p * C * VS
+            for tile in range(tid, NT1, NTH):
+                rr, cc = _quad_map(tile, BV4, WIDE)
+                for e in range(16):
+                    acc[e] = float32(0.0)
+                _mm_nn8(sm, acc, pw, KS, O_S, VS, rr, R4, cc * 4, KP)
+                col = v0 + cc * 4
+                for i in range(4):
+                    row = rr + R4 * i
+                    pv = pu + row * VS + cc * 4
+                    y = ld4(sm, pv)
+                    d0 = y[0] - acc[4 * i]
+                    d1 = y[1] - acc[4 * i + 1]
+                    d2 = y[2] - acc[4 * i + 2]
+                    d3 = y[3] - acc[4 * i + 3]
+                    if row < n and col < V:
+                        st4(vnew, (b, t0 + row, h, col), (d0, d1, d2, d3))
+                    f = sm[O_F + row] if has_g else float32(1.0)  # rows past n: U = W = 0, so V_new = 0
+                    st4(sm, pv, (d0 * f, d1 * f, d2 * f, d3 * f))
+            cuda.syncthreads()  # V_new complete
+
+            # -- P2: S <- gamma_C S + K^T diag(gamma_C / gamma) V_new, as _split_state_body's --
+            if has_g:
+                gc = exp_approx(b_last)
+                for e in range(TS):
+                    S[e] *= gc
+            pk = O_K + p * C * KS + rg * TR
+            pv2 = pu + cg * 4
+            for t16 in range(0, C, 16):
+                if TR == 4:
+                    _p2_rows8(sm, S, xa, ya, pk + t16 * KS, KS, pv2 + t16 * VS, VS)
+                    _p2_rows8(sm, S, xa, ya, pk + (t16 + 8) * KS, KS, pv2 + (t16 + 8) * VS, VS)
+                else:
+                    _p2_rows4_tall(sm, S, xa, ya, pk + t16 * KS, KS, pv2 + t16 * VS, VS)
+                    _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 4) * KS, KS, pv2 + (t16 + 4) * VS, VS)
+                    _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 8) * KS, KS, pv2 + (t16 + 8) * VS, VS)
+                    _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 12) * KS, KS, pv2 + (t16 + 12) * VS, VS)
+            cuda.syncthreads()  # chunk c's buffers, S_c and the factors are read: chunk c + 2 goes there
+        cp_async_wait_all()
+        if has_ht:
+            for i in range(TR):
+                for j in range(4):
+                    if rg * TR + i < K and v0 + cg * 4 + j < V:
+                        ht[b, h, rg * TR + i, v0 + cg * 4 + j] = S[4 * i + j]
+
+    if config.ENABLE_CUDASIM:
+        return cuda.jit(split_delta)
+    # one block per SM (its shared memory), so the register bound is the block's own: 255 a thread
+    return cuda.jit(split_delta, launch_bounds=(NTH, 1))
 
 
 def _out_shape(C, KP):
@@ -2664,10 +2870,13 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, s
     output product are skipped; for the delta family ``ht`` and ``h0`` may then have more value columns than
     ``v`` (:func:`wide_state_columns`). ``chunk_size=None`` uses ``DEFAULT_CHUNK``. ``bv`` overrides the
     value-tile width of ``BV_TABLE`` (tests, tuning). ``h0`` and ``ht`` may be the same array. ``schedule``:
-    "fused" (the two kernels above) or "split" (the additive family with the output: gates, the state kernel
-    storing every chunk's starting state, then every chunk's output in parallel); default :data:`SCHEDULE`.
-    "split" runs only where :func:`split_fits` and its buffer is at most :data:`SPLIT_MAX_BYTES`, else the fused
-    schedule runs (the same result within float32 error).
+    "fused" (the two kernels above) or "split" (with the output: the state walk storing every chunk's starting
+    state, then every chunk's output in parallel; before them the gates kernel for the additive family, the intra
+    kernel in state-only mode for the delta family, whose walk also stores V_new: :func:`_split_delta_kernel`);
+    default :data:`SCHEDULE` for the additive family, :data:`DELTA_SCHEDULE` for the delta family. "split" runs only
+    where :func:`split_fits` and its buffer is at most :data:`SPLIT_MAX_BYTES` (the delta family's walk also within
+    :data:`SPLIT_DELTA_SMEM` of shared memory), else the fused schedule runs (the same result within float32
+    error).
     """
     for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv, schedule):
         launch()
@@ -2678,7 +2887,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     ``tools/tune_r3.py`` can time each kernel). Validates the arguments and allocates the scratch."""
     B, T, H, K = q.shape
     V = v.shape[3]
-    schedule = SCHEDULE if schedule is None else schedule
+    schedule = (SCHEDULE if beta is None else DELTA_SCHEDULE) if schedule is None else schedule
     if schedule not in SCHEDULES:
         raise ValueError(f"rung {NAME!r}: schedule must be one of {SCHEDULES}, got {schedule!r}")
     C = check_launch(NAME, chunk_size, K, o, ht)
@@ -2692,8 +2901,12 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     TP = NC * C
     f4 = np.dtype(np.float32).itemsize
     vin = T > 0 and _rows_aligned(q, k, v)  # 128-bit loads of the inputs
-    if schedule == "split" and _split_runs(q, k, v, o, delta, C):
-        return _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv)
+    if schedule == "split" and _split_runs(q, k, v, o, delta, C, True):
+        if not delta:
+            return _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv)
+        todo = _split_delta_launches(q, k, v, g, beta, o, h0, ht, scale, C, KP, NC, stream, bv)
+        if todo is not None:
+            return todo
     BV = value_tile(C, KP, VW, bv)
     bcum, w, u, qp, u2 = scratch_buffers(BH, TP, KP, V, has_g, delta, out, stream)
     todo = []
@@ -2785,13 +2998,47 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     return todo
 
 
-def _split_runs(q, k, v, o, delta, C) -> bool:
-    """The split schedule's conditions on these arrays (``launches`` and :func:`split_deferred_fits` ask the
-    same): tokens, the additive family with an output, float32 with 16-byte aligned rows, the copy maps' sizes
-    (:func:`split_fits`), ``hs`` at most :data:`SPLIT_MAX_BYTES`."""
+def _split_delta_launches(q, k, v, g, beta, o, h0, ht, scale, C, KP, NC, stream, bv):
+    """The delta family's split schedule (``launches`` checked that it fits; None where the walk's shared memory
+    would exceed :data:`SPLIT_DELTA_SMEM`, e.g. ``bv=128``): the intra kernel in state-only mode (b, W, U), the walk
+    (:func:`_split_delta_kernel`: every S_c to ``hs``, V_new to ``vnew``; value tile and tiling by
+    :func:`split_tile`), then the additive output kernel on V_new: o = scale (diag(gamma) Q S_c + Aqk V_new)."""
     B, T, H, K = q.shape
     V = v.shape[3]
-    return (T > 0 and split_fits(K, V, C, delta, o is not None, _rows_aligned(q, k, v) and _rows_aligned(o))
+    BH = B * H
+    has_g = g is not None
+    f4 = np.dtype(np.float32).itemsize
+    BV, rows = split_tile(C, KP, BH, V, bv)
+    smem_s = _split_delta_layout(C, KP, BV)[-1] * f4
+    if smem_s > SPLIT_DELTA_SMEM:
+        return None
+    bcum, w, u, _, _ = scratch_buffers(BH, NC * C, KP, V, has_g, True, False, stream)
+    hs = _scratch("hs", (BH, NC * KP, V), stream)
+    vnew = _scratch("vnew", (B, T, H, V), stream)
+    d3 = or_dummy(None, 3)
+    smem_a = _intra_layout(C, KP)[-1] * f4
+    kern_a = _intra_kernel(C, KP, has_g, True, False, True)
+    args_a = (q, k, v, or_dummy(g, 3), beta, bcum, w, u, d3, d3)
+    kern_s = _split_delta_kernel(C, KP, BV, has_g, h0 is not None, ht is not None, rows)
+    nth_s = split_state_threads(KP, BV, rows)
+    args_s = (k, w, u, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, vnew)
+    kern_o, smem_o = _out_kernel(C, KP, has_g, False), _out_layout(C, KP)[-1] * f4
+    args_o = (q, k, vnew, bcum, hs, o, np.float32(scale), or_dummy(None, 4), or_dummy(None, 2))
+    return [
+        ("intra", lambda: _launch(kern_a, (NC, BH), (C // 4) ** 2, smem_a, stream, args_a)),
+        ("state", lambda: _launch(kern_s, (cdiv(V, BV), BH), nth_s, smem_s, stream, args_s)),
+        ("out", lambda: _launch(kern_o, (NC, BH), (C // 4) ** 2, smem_o, stream, args_o)),
+    ]
+
+
+def _split_runs(q, k, v, o, delta, C, delta_split=False) -> bool:
+    """The split schedule's conditions on these arrays (``launches`` and :func:`split_deferred_fits` ask the
+    same): tokens, the additive family (or with ``delta_split`` either) with an output, float32 with 16-byte aligned
+    rows, the copy maps' sizes (:func:`split_fits`), ``hs`` at most :data:`SPLIT_MAX_BYTES`."""
+    B, T, H, K = q.shape
+    V = v.shape[3]
+    return (T > 0 and split_fits(K, V, C, delta, o is not None, _rows_aligned(q, k, v) and _rows_aligned(o),
+                                 delta_split)
             and split_bytes(B, T, H, K, V, C) <= SPLIT_MAX_BYTES)
 
 
@@ -2867,6 +3114,11 @@ def compile_targets():
                                 _state_kernel(C, KP, BV, has_g, delta, out, has_h0, has_ht, vin).py_func,
                                 (x4, x4, x4, s2, s3, s3, s3, s3, h0_t, ht_t, o_t, f32, s3),
                             )
+                if vin and delta:  # the delta family's split walk (V_new too) in split_tile's two tilings, h0 / ht
+                    for bv_, rows_, lab, st in ((64, 8, "", False), (32, 4, ",4x4,h0,ht", True)):
+                        yield (f"split_delta[{rec}{lab}]", _split_delta_kernel(C, KP, bv_, has_g, st, st,
+                                                                                rows_).py_func,
+                               (x4, s3, s3, s2, a4 if st else s4, a4 if st else s4, s3, s4))
                 if vin and not delta:  # the split schedule: state kernel storing S_c (with h0 and ht), output
                     yield (f"state[{tag},split]", _state_kernel(C, KP, 32, has_g, False, False, True, True,
                                                                True, True).py_func,
