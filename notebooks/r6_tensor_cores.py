@@ -278,8 +278,10 @@ else:
 # | `state` | (V / BV, B H), as before | per chunk: stores S_c to `hs`, then P2 only |
 # | `out` | (chunks, B H) | `scale (diag(γ) Q S_c + tril(Q Kᵀ ⊙ Γ) V)`: `Q S_c` and `P V` in one accumulator |
 #
-# The price is `hs`, every chunk's starting state: B H (T / C) K V floats, written once and read once. The two
-# schedules agree within float32 error:
+# The price is `hs`, every chunk's starting state: B H (T / C) K V floats, written once and read once. (For the delta
+# family P1's `W S` does feed the walk; `schedule="split"` there runs r3's own split, whose walk also stores
+# `V_new = U - W S_c`, with this rung's output kernel on `V_new`: not the default, `r6.DELTA_SCHEDULE`, until it is
+# timed on the H200.) The two schedules agree within float32 error:
 
 # %%
 inp = make_inputs(1, 40, 1, 16, 16, "decay", initial_state=True, seed=2)

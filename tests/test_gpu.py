@@ -55,14 +55,16 @@ def test_every_rung_large(recurrence, shape):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}T{}H{}K{}V{}".format(*s))
 @pytest.mark.parametrize("recurrence", ["delta", "gated_delta"])
-def test_r3_split_delta_large(recurrence, shape):
+def test_split_delta_large(recurrence, shape):
     """r3's split schedule for the delta family (``schedule="split"``: the walk storing S_c and V_new, then the
-    additive output kernel) at the tier's shapes, in the tiling ``split_tile`` picks (4 x 4 tiles of 32 columns at
-    these few walkers) and in the standard shape's 8 x 4 tiles of 64 (SPLIT_BV, SPLIT_ROWS; 40 columns at V = 40),
-    against the oracle: T = 1, T not a multiple of 64, K' > K (K = 100), a value tile partly past V (V = 96)."""
+    additive output kernel; r6: the same with its tensor-core output kernel) at the tier's shapes, in the tiling
+    ``split_tile`` picks (4 x 4 tiles of 32 columns at these few walkers) and in the standard shape's 8 x 4 tiles of
+    64 (SPLIT_BV, SPLIT_ROWS; 40 columns at V = 40), against the oracle: T = 1, T not a multiple of 64, K' > K
+    (K = 100), a value tile partly past V (V = 96)."""
     from numba import cuda
 
     from linattn_numba.rungs import r3_shared as r3
+    from linattn_numba.rungs import r6_tensor_cores as r6
     from linattn_numba.testing import make_inputs, rel_err
 
     inp = make_inputs(*shape, recurrence, initial_state=True, seed=sum(shape) + 1)
@@ -73,14 +75,14 @@ def test_r3_split_delta_large(recurrence, shape):
     assert r3.split_fits(K, V, 64, True, True, True, True)  # every shape here takes the split
     saved = r3.SPLIT_BV, r3.SPLIT_ROWS
     try:
-        for tile in (saved, (64, 8)):
+        for mod, tile in ((r3, saved), (r3, (64, 8)), (r6, saved)):
             r3.SPLIT_BV, r3.SPLIT_ROWS = tile
             o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32))
             ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32))
-            r3.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, K**-0.5, 64,
-                       schedule="split")
+            mod.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, K**-0.5, 64,
+                        schedule="split")
             e_o, e_h = rel_err(o.copy_to_host(), o_ref), rel_err(ht.copy_to_host(), h_ref)
-            assert e_o <= 1e-4 and e_h <= 1e-4, f"tile {tile}: output {e_o:.2e}, state {e_h:.2e}"
+            assert e_o <= 1e-4 and e_h <= 1e-4, f"{mod.NAME}, tile {tile}: output {e_o:.2e}, state {e_h:.2e}"
     finally:
         r3.SPLIT_BV, r3.SPLIT_ROWS = saved
 

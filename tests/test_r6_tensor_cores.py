@@ -183,6 +183,7 @@ def test_module_contract():
     # the measured defaults (module docstring): split for the additive family, the tensor-core intra kernel
     assert r6.INTRAS == ("r3", "tensor_cores") and r6.INTRA == "tensor_cores" and r6.INTRA_DELTA == "r3"
     assert r6.SCHEDULES == ("fused", "split") and r6.SCHEDULE == "split"
+    assert r6.DELTA_SCHEDULE == "fused"  # the delta family's split (r3's walk) is not measured yet
 
 
 _COMPILE_SCRIPT = """
@@ -320,6 +321,25 @@ def test_split_schedule_falls_back(monkeypatch):
     assert rel_err(ht, oracle(dec)[1]) <= TOL_FP32
     with pytest.raises(ValueError, match="schedule must be one of"):
         run(make(1, 4, 1, 8, 8, "plain", seed=34), 16, schedule="interleaved")
+
+
+@pytest.mark.parametrize("recurrence,T,chunk,K,V,with_h0", [("gated_delta", 70, 32, 24, 20, True),
+                                                             ("delta", 45, 32, 16, 12, False)], ids=str)
+def test_split_delta(recurrence, T, chunk, K, V, with_h0):
+    """The delta family under ``schedule="split"`` (not its default, ``DELTA_SCHEDULE``): r3's split (the intra kernel
+    in state-only mode, r3's walk storing S_c and V_new) with this rung's pipelined tensor-core output kernel on V_new,
+    a short last chunk, K != V; against the float64 recurrence and the fused schedule. At C = 16 (no pipelined
+    kernel) the fused schedule runs."""
+    inp = make(1, T, 1, K, V, recurrence, seed=T + K + V + 3)
+    assert r6.DELTA_SCHEDULE == "fused" and _kernel_names(inp, chunk) == ["intra", "state"]
+    assert _kernel_names(inp, chunk, schedule="split") == ["intra", "state", "out"]
+    with kernels_made(r6, "_out_pipe_kernel") as outs, kernels_made(r3, "_split_delta_kernel") as walks:
+        check(inp, chunk, with_h0, True, schedule="split")
+    assert len(outs) == 1 and len(walks) == 1
+    o_s, h_s = run(inp, chunk, with_h0, True, schedule="split")
+    o_f, h_f = run(inp, chunk, with_h0, True, schedule="fused")
+    assert rel_err(o_s, o_f) <= TOL_FP32 and rel_err(h_s, h_f) <= TOL_FP32
+    assert _kernel_names(inp, 16, schedule="split") == ["intra", "state"]
 
 
 # (state walk, T, chunk, K, V, recurrences, also the staged kernel): C = 32 with K' = 16 (slabs of 16 rows: two mma

@@ -62,9 +62,10 @@
 #     r3_ab     gates_ab's per-kernel timing alone, base / head / base / head (interleaved, so that drift shows), no
 #               bench: h200_tune_r3_${AB_TAG:-ab}_{base,head}{1,2}_<sha>.json
 #     delta_split  r3's two schedules for the delta family (fused; split: the walk storing S_c and V_new, then the
-#               additive output kernel), per kernel, oracle-checked (tools/tune_r3.py), then the split's GPU tests:
-#               h200_tune_r3_delta_split_<sha>.json; delta_split_bench: the bench of r3 (delta, gated delta) under
-#               the split beside fla's chunk kernels (h200_r3_delta_split_<sha>.json). The sanitizers on it:
+#               additive output kernel), per kernel, oracle-checked (tools/tune_r3.py), r6's two (its split: r3's
+#               with r6's tensor-core output kernel) for gated delta, then the split's GPU tests:
+#               h200_tune_r{3,6}_delta_split_<sha>.json; delta_split_bench: the bench of r3 and r6 (delta, gated
+#               delta) under the split beside fla's chunk kernels (h200_r3_delta_split_<sha>.json). The sanitizers:
 #               SANITIZE_JOBS=shared:delta,gated_delta SANITIZE_ARGS="--vary r3_shared.DELTA_SCHEDULE=split" sanitize_par
 #     r4_gdn_ab  per-kernel GPU times (ncu, gpu__time_duration) of one r4 forward at the long gated delta shape, on
 #               build/base/src (a `git archive BASE src` there, carried) and on this tree: which kernel moved between
@@ -234,12 +235,15 @@ for m in ${modes//,/ }; do
     delta_split)
       py_log delta_split.log 300 tools/tune_r3.py --rung shared --chunks 64 --bv 64 --schedule fused,split \
         --recurrences gated_delta,delta --out "$out/h200_tune_r3_delta_split_$sha.json" || rc=1
+      py_log delta_split.log 200 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --schedule fused,split \
+        --recurrences gated_delta --out "$out/h200_tune_r6_delta_split_$sha.json" || rc=1
       timeout 240 python3 -m pytest -m gpu tests/test_gpu.py -q -n 4 -p no:cacheprovider -k split_delta 2>&1 \
         | tail -8 | tee -a "$out/delta_split.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     delta_split_bench)
-      timeout 300 python3 -c "import sys; from linattn_numba.rungs import r3_shared as r3; r3.DELTA_SCHEDULE = 'split'
-from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs shared \
+      timeout 300 python3 -c "import sys; from linattn_numba.rungs import r3_shared as r3, r6_tensor_cores as r6
+r3.DELTA_SCHEDULE = r6.DELTA_SCHEDULE = 'split'
+from linattn_numba.cli import main; sys.exit(main(sys.argv[1:]))" bench --rungs shared,tensor_cores \
         --recurrences delta,gated_delta --fla chunk --out "$out/h200_r3_delta_split_$sha.json" 2>&1 | tail -30 \
         | tee -a "$out/delta_split.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;

@@ -2998,11 +2998,12 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     return todo
 
 
-def _split_delta_launches(q, k, v, g, beta, o, h0, ht, scale, C, KP, NC, stream, bv):
+def _split_delta_launches(q, k, v, g, beta, o, h0, ht, scale, C, KP, NC, stream, bv, out_kernel=None):
     """The delta family's split schedule (``launches`` checked that it fits; None where the walk's shared memory
     would exceed :data:`SPLIT_DELTA_SMEM`, e.g. ``bv=128``): the intra kernel in state-only mode (b, W, U), the walk
     (:func:`_split_delta_kernel`: every S_c to ``hs``, V_new to ``vnew``; value tile and tiling by
-    :func:`split_tile`), then the additive output kernel on V_new: o = scale (diag(gamma) Q S_c + Aqk V_new)."""
+    :func:`split_tile`), then the additive output kernel on V_new: o = scale (diag(gamma) Q S_c + Aqk V_new).
+    ``out_kernel`` as :func:`_split_launches`' (r6 passes its tensor-core one); None: :func:`_out_kernel`."""
     B, T, H, K = q.shape
     V = v.shape[3]
     BH = B * H
@@ -3022,12 +3023,15 @@ def _split_delta_launches(q, k, v, g, beta, o, h0, ht, scale, C, KP, NC, stream,
     kern_s = _split_delta_kernel(C, KP, BV, has_g, h0 is not None, ht is not None, rows)
     nth_s = split_state_threads(KP, BV, rows)
     args_s = (k, w, u, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, vnew)
-    kern_o, smem_o = _out_kernel(C, KP, has_g, False), _out_layout(C, KP)[-1] * f4
+    if out_kernel is None:
+        kern_o, smem_o, nth_o = _out_kernel(C, KP, has_g, False), _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
+    else:
+        kern_o, smem_o, nth_o = out_kernel(C, KP, has_g, False)
     args_o = (q, k, vnew, bcum, hs, o, np.float32(scale), or_dummy(None, 4), or_dummy(None, 2))
     return [
         ("intra", lambda: _launch(kern_a, (NC, BH), (C // 4) ** 2, smem_a, stream, args_a)),
         ("state", lambda: _launch(kern_s, (cdiv(V, BV), BH), nth_s, smem_s, stream, args_s)),
-        ("out", lambda: _launch(kern_o, (NC, BH), (C // 4) ** 2, smem_o, stream, args_o)),
+        ("out", lambda: _launch(kern_o, (NC, BH), nth_o, smem_o, stream, args_o)),
     ]
 
 

@@ -83,9 +83,12 @@ product per step (``precision="tf32"``, fla's accuracy) the split schedule takes
 against fla's 0.81 / 0.87 ms in the same run (``figures/data/probes/h200_r6_split_c20ff61.json``).
 
 It runs where :func:`split_fits` (float32 inputs with aligned rows, the output wanted) and ``hs`` is at most
-:data:`SPLIT_MAX_BYTES`; elsewhere, and for the delta family (whose P1 ``W S`` feeds the state), the fused
-schedule runs. Its intra kernel for the additive family is the tensor-core one (:func:`_intra_add_kernel`,
-:data:`INTRA`: 0.60 / 0.70 ms against r3's 0.68 / 0.75 for plain / decay, ``probes/h200_tune_r6_intra_7741f24.json``).
+:data:`SPLIT_MAX_BYTES`; elsewhere, and by default for the delta family (:data:`DELTA_SCHEDULE`), the fused
+schedule runs. For the delta family ``schedule="split"`` runs r3's split (r3's docstring, "The split schedule for
+the delta family": the intra kernel in state-only mode, r3's walk storing S_c and V_new = U - W S_c) with this
+rung's pipelined output kernel on V_new (C >= 32); it is not measured on the H200 yet, hence not the default. Its
+intra kernel for the additive family is the tensor-core one (:func:`_intra_add_kernel`, :data:`INTRA`: 0.60 / 0.70
+ms against r3's 0.68 / 0.75 for plain / decay, ``probes/h200_tune_r6_intra_7741f24.json``).
 
 The pipelined output kernel (the split schedule's default since 8baed37: :data:`SPLIT_OUT`, :func:`_out_pipe_kernel`)
 ---------------------------------------------------------------------------------------------------------------
@@ -845,6 +848,8 @@ def _intra_delta_kernel(C, KP, has_g, three):
 # ----------------------------------------------------------------------------------------------------------
 SCHEDULES = r3.SCHEDULES
 SCHEDULE = "split"  # the default of forward(schedule=...): faster on the H200 (module docstring)
+# the delta family's default: its split (r3's, with this rung's output kernel) is not measured on the H200 yet
+DELTA_SCHEDULE = "fused"
 # The split schedule's kernels (read at launch: tools/tune_r3.py --vary compares them in one process). State walk:
 # "tensor_cores" (_state_kernel with store) or "shared" (r3's pipelined FMA kernel, r3._split_state_kernel); output:
 # "pipelined" (_out_pipe_kernel: r3's copies overlapped with the products, products on the tensor cores) or
@@ -1195,7 +1200,9 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, p
     tile step); ``intra`` picks the fused schedule's intra kernel (:data:`INTRAS`; default :data:`INTRA` for the
     additive family, :data:`INTRA_DELTA` for the delta family). ``schedule``: "fused" (intra, then the state
     kernel with the output) or "split" (gates, the state kernel storing every chunk's starting state, then the
-    output of every chunk in parallel); "split" runs only where :func:`split_fits` and its buffer is at most
+    output of every chunk in parallel; for the delta family r3's split, ``r3._split_delta_launches``, with this
+    rung's pipelined output kernel); default :data:`SCHEDULE`, for the delta family :data:`DELTA_SCHEDULE`. "split"
+    runs only where :func:`split_fits` (the delta family: r3's conditions and C >= 32) and its buffer is at most
     :data:`SPLIT_MAX_BYTES`, else the fused schedule runs (same result within float32 error).
     """
     for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv, precision, intra,
@@ -1215,7 +1222,7 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     intra = (INTRA_DELTA if beta is not None else INTRA) if intra is None else intra
     if intra not in INTRAS:
         raise ValueError(f"rung {NAME!r}: intra must be one of {INTRAS}, got {intra!r}")
-    schedule = SCHEDULE if schedule is None else schedule
+    schedule = (SCHEDULE if beta is None else DELTA_SCHEDULE) if schedule is None else schedule
     if schedule not in SCHEDULES:
         raise ValueError(f"rung {NAME!r}: schedule must be one of {SCHEDULES}, got {schedule!r}")
     C = r3.check_launch(NAME, chunk_size, K, o, ht)
@@ -1238,6 +1245,12 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
             and split_bytes(B, T, H, K, V, C) <= SPLIT_MAX_BYTES):  # r3's launches, with this rung's output kernel
         return r3._split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, None,
                                   out_kernel=out_pipe_factory(precision))
+    if (schedule == "split" and delta and SPLIT_OUT == "pipelined" and C >= 32
+            and r3._split_runs(q, k, v, o, True, C, True)):  # the delta family: r3's walk, this rung's output kernel
+        todo = r3._split_delta_launches(q, k, v, g, beta, o, h0, ht, scale, C, KP, NC, stream, None,
+                                        out_kernel=out_pipe_factory(precision))
+        if todo is not None:
+            return todo
     if (schedule == "split" and T > 0 and split_fits(K, V, C, delta, out, vin)
             and split_bytes(B, T, H, K, V, C) <= SPLIT_MAX_BYTES):
         bcum = r3._scratch("bcum", (BH, NC * C), stream) if has_g else or_dummy(None, 2)
