@@ -557,7 +557,7 @@ Its walk, per thread and chunk at 8 x 4 tiles of 64 columns, does P1 (a 4 x 4 ti
 FMAs) and P2 (2,048): twice the additive walk's work between the same copies, with three barriers, not two; its
 shared memory (two buffers each of K, W, U, and S_c: 205,056 bytes at C = 64, K' = 128) leaves one block per SM,
 so no output block can run beside it (no overlapped launch). ``tools/sass.py`` (sm_90, launch bounds 256 x 1):
-168 registers for the gated delta rule (178 in 4 x 4 tiles with h0 and ht), 158 for the delta rule, no spills.
+164 registers for the gated delta rule (166 in 4 x 4 tiles with h0 and ht), 158 for the delta rule, no spills.
 In 4 x 4 tiles of 32 columns (few walkers, :func:`split_tile`) P1 has (C / 4)(BV / 4) = 128 tiles for 256
 threads: half of them wait at its barrier.
 
@@ -2126,9 +2126,10 @@ def _split_delta_kernel(C, KP, BV, has_g, has_h0, has_ht, rows=4):
     :func:`_state_kernel`'s (4 x 4 tiles of [C, BV], rows rr + C/4 i, over all K'; one tile per thread where
     (C / 4)(BV / 4) is the thread count: 8 x 4 tiles of 64 columns, :func:`split_tile`'s choice at the standard
     shape); its epilogue stores V_new to ``vnew`` and V_new gamma_C / gamma_t over U, the right factor of P2 (each
-    thread rewrites only its own tile: no barrier between). Three barriers per chunk: staged (and S_c written),
-    V_new complete, buffers read. Sizes as :func:`split_fits` asks (float32 with 16-byte rows, V a multiple of 4).
-    """
+    thread rewrites only its own tile: no barrier between), with the factors gamma_C / gamma_t from a table in
+    shared memory that the first C threads fill from gates they loaded a chunk ahead. Three barriers per chunk:
+    staged (and S_c and the factors written), V_new complete, buffers read. Sizes as :func:`split_fits` asks (float32
+    with 16-byte rows, V a multiple of 4)."""
     BV4 = BV // 4
     TR = rows
     TS = 4 * TR
@@ -2138,6 +2139,8 @@ def _split_delta_kernel(C, KP, BV, has_g, has_h0, has_ht, rows=4):
     O_K, O_W, O_V, O_S, O_F, _ = _split_delta_layout(C, KP, BV)
     R4 = C // 4
     NT1 = R4 * BV4  # P1's 4 x 4 tiles of V_new [C, BV]
+    JF = cdiv(C, NTH)  # rows of the factor table a thread fills (1 at C = 64, 256 threads)
+    JF1 = JF + 1  # a local array's size must be a plain constant
     cp_k = _rows_copier(C, KP, NTH, False)
     start_k, cpat_k = _rows_copier_at(C, KP, NTH)
     cp_w = _rows_copier(C, KP, NTH, True)  # scratch rows are whole chunks (zero past the end): no row tests
@@ -2159,6 +2162,7 @@ def _split_delta_kernel(C, KP, BV, has_g, has_h0, has_ht, rows=4):
         acc = cuda.local.array(16, float32)
         xa = cuda.local.array(32, float32)
         ya = cuda.local.array(32, float32)
+        bq = cuda.local.array(JF1, float32)  # the gates of the thread's factor rows and b_last, a chunk ahead
         for i in range(TR):
             for j in range(4):
                 S[4 * i + j] = float32(0.0)
@@ -2171,6 +2175,10 @@ def _split_delta_kernel(C, KP, BV, has_g, has_h0, has_ht, rows=4):
         hs1 = hs.strides[1] >> 2
         ho = bh * (hs.strides[0] >> 2) + rg * TR * hs1 + v0 + cg * 4
         go = bh * (bcum.strides[0] >> 2)
+        if has_g and NC > 0:  # chunk 0's gates (rows t < C are inside bcum: its rows are whole chunks)
+            for j in range(JF):
+                bq[j] = ld1_at(bcum, go + min(tid + j * NTH, C - 1))
+            bq[JF] = ld1_at(bcum, go + min(C, T) - 1)
         if NC > 0:  # chunk 0 into buffer 0
             cp_k(sm, O_K, KS, k, b, h, 0, min(C, T), K, 0, tid)
             cp_w(sm, O_W, KS, w, bh, 0, KP, 0, tid)
@@ -2199,10 +2207,19 @@ def _split_delta_kernel(C, KP, BV, has_g, has_h0, has_ht, rows=4):
             ho += KP * hs1
             b_last = float32(0.0)
             if has_g:
-                b_last = ld1_at(bcum, go + t0 + n - 1)
-                for t in range(tid, C, NTH):  # gamma_C / gamma_t, 0 past the end (bcum's rows are whole chunks)
-                    f = exp_approx(b_last - ld1_at(bcum, go + t0 + t))  # b_t >= b_last: never overflows
-                    sm[O_F + t] = f if t < n else float32(0.0)
+                # gamma_C / gamma_t (0 past the end) from gates loaded a chunk ahead, then the next chunk's asked
+                # for: loaded here and used before the barrier below, their round trip would hold up every warp at
+                # it once a chunk (the additive walk measured that: _rows_scaler)
+                b_last = bq[JF]
+                for j in range(JF):
+                    t = tid + j * NTH
+                    if t < C:
+                        f = exp_approx(b_last - bq[j])  # b_t >= b_last: never overflows
+                        sm[O_F + t] = f if t < n else float32(0.0)
+                if c + 1 < NC:
+                    for j in range(JF):
+                        bq[j] = ld1_at(bcum, go + t0 + C + min(tid + j * NTH, C - 1))
+                    bq[JF] = ld1_at(bcum, go + t0 + C + min(C, T - t0 - C) - 1)
             cp_async_wait_one()  # this thread's copies of chunk c have landed
             cuda.syncthreads()  # chunk c's K, W, U rows, S_c and the factors in place for all
 
