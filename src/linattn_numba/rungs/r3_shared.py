@@ -545,9 +545,10 @@ with V_new for V. Here::
 
     intra   (NT, B H), 256 threads          state-only mode (as r4's phase 1 runs it): b, Lkk, A, W, U -> bcum, w, u
     state   (V / BV, B H), 256 threads      per chunk: hs[c] = S_c; V_new = U - W S_c -> vnew [B, T, H, V] and, times
-            (:func:`_split_delta_kernel`)   gamma_C / gamma_t, over U in shared memory; S <- gamma_C S + K^T V_new
-                                            (:func:`_split_state_body`'s walk with P1 put back: K, W, U copied a
-                                            chunk ahead by ``cp.async``; S_c also to shared memory for P1)
+            (:func:`_split_delta_kernel`)   gamma_C / gamma_t, over U in shared memory; then S <- gamma_C S +
+                                            K^T diag(gamma_C / gamma) V_new (:func:`_split_state_body`'s walk
+                                            with P1 put back: K, W, U copied a chunk ahead by ``cp.async``; S_c
+                                            also to shared memory for P1)
     out     (NT, B H), 256 threads          :func:`_out_kernel` on (q, k, vnew): scores, Q S_c, Aqk V_new
 
 What it takes out of the fused schedule: the intra kernel's Aqk, Q' = diag(gamma) Q - Aqk W and U'' = Aqk U, the
