@@ -62,10 +62,11 @@
 #     r3_ab     gates_ab's per-kernel timing alone, base / head / base / head (interleaved, so that drift shows), no
 #               bench: h200_tune_r3_${AB_TAG:-ab}_{base,head}{1,2}_<sha>.json
 #     delta_split  r3's two schedules for the delta family (fused; split: the walk storing S_c and V_new, then the
-#               additive output kernel), per kernel, oracle-checked (tools/tune_r3.py), r6's two (its split: r3's
-#               with r6's tensor-core output kernel) for gated delta, then the split's GPU tests:
-#               h200_tune_r{3,6}_delta_split_<sha>.json; delta_split_bench: the bench of r3 and r6 (delta, gated
-#               delta) under the split beside fla's chunk kernels (h200_r3_delta_split_<sha>.json). The sanitizers:
+#               additive output kernel), per kernel, oracle-checked (tools/tune_r3.py), and r6's two (its split: r3's
+#               with r6's tensor-core output kernel) for gated delta: h200_tune_r{3,6}_delta_split_<sha>.json;
+#               delta_split_tests: the split's GPU tests (r3 in both tilings, r6); delta_split_bench: the bench of r3
+#               and r6 (delta, gated delta) under the split beside fla's chunk kernels (h200_r3_delta_split_<sha>.json;
+#               each of the three in its own device call). The sanitizers:
 #               SANITIZE_JOBS=shared:delta,gated_delta SANITIZE_ARGS="--vary r3_shared.DELTA_SCHEDULE=split" sanitize_par
 #     r4_gdn_ab  per-kernel GPU times (ncu, gpu__time_duration) of one r4 forward at the long gated delta shape, on
 #               build/base/src (a `git archive BASE src` there, carried) and on this tree: which kernel moved between
@@ -232,12 +233,13 @@ for m in ${modes//,/ }; do
         | tee -a "$out/gates_ab.log" || rc=1;;
     r3_ab)
       ab_tune "${AB_TAG:-ab}" r3_ab.log 1 2 || rc=1;;  # base, head, base, head: drift shows as base vs base
-    delta_split)
-      py_log delta_split.log 300 tools/tune_r3.py --rung shared --chunks 64 --bv 64 --schedule fused,split \
+    delta_split)  # 580 s at most: one device call (its kernels compile on the device first, ~20-30 s each)
+      py_log delta_split.log 360 tools/tune_r3.py --rung shared --chunks 64 --bv 64 --schedule fused,split \
         --recurrences gated_delta,delta --out "$out/h200_tune_r3_delta_split_$sha.json" || rc=1
-      py_log delta_split.log 200 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --schedule fused,split \
-        --recurrences gated_delta --out "$out/h200_tune_r6_delta_split_$sha.json" || rc=1
-      timeout 240 python3 -m pytest -m gpu tests/test_gpu.py -q -n 4 -p no:cacheprovider -k split_delta 2>&1 \
+      py_log delta_split.log 220 tools/tune_r3.py --rung tensor_cores --chunks 64 --bv 64 --schedule fused,split \
+        --recurrences gated_delta --out "$out/h200_tune_r6_delta_split_$sha.json" || rc=1;;
+    delta_split_tests)
+      timeout 400 python3 -m pytest -m gpu tests/test_gpu.py -q -n 4 -p no:cacheprovider -k split_delta 2>&1 \
         | tail -8 | tee -a "$out/delta_split.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     delta_split_bench)
