@@ -567,7 +567,8 @@ The prediction from pieces measured alone at the standard shape: the intra kerne
 the output kernel ~0.86 ms (decay's), the walk ~1.1 ms if it keeps the additive walk's rate (0.560 ms for half
 the work): ~3.0 ms against the fused schedule's 3.61 (gated delta). Not measured yet on the H200 (no device in the
 session that wrote it), so the fused schedule stays the delta family's default; ``tools/h200.sh delta_split``
-times both per kernel (oracle-checked) and runs its GPU tests, ``delta_split_bench`` benches it beside fla.
+times both per kernel (oracle-checked), ``delta_split_tests`` runs its GPU tests, ``delta_split_bench`` benches it
+beside fla.
 
 Numerics: every product accumulates in float32; float16 inputs are converted on load; every exponent is a
 difference of in-chunk cumulative log-gates b_t - b_s <= 0 (gamma_t = exp(b_t), gamma_C / gamma_t =
