@@ -158,8 +158,9 @@ BV_DEFAULT = 64
 # src/linattn_numba/rungs/r3_shared.py (or with inspect.getsource); the launch code below also uses the package's
 # _launch, _rows_aligned and scratch_buffers. The split schedule's pieces (_gates_kernel and its launch
 # _gates_launch, _split_state_kernel with its tilings split_tile / split_state_threads / _p2_rows4_tall and its walk
-# _split_state_body, _out_kernel: the slab pipeline _out_pipeline / _out_body with r3's products _out_fma_products
-# and its scores _out_scores (each half of the block over half of d: _half_scores_step / _send / _finish),
+# _split_state_body (its state update: _walk_update), _out_kernel: the slab pipeline _out_pipeline / _out_body with
+# r3's products _out_fma_products and its scores _out_scores (each half of the block over half of d:
+# _half_scores_step / _send / _finish),
 # their copiers _rows_copier / _rows_copier_at / _rows_scaler / _rows_adder, the walk and the output in one launch
 # _overlap_kernel with overlap_bytes, _flags, _zero_flags and _backoff, _split_runs, _split_launches, and
 # split_deferred, r4's phases 1 and 3; the delta family's walk _split_delta_kernel with _split_delta_layout and its
@@ -178,6 +179,7 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _split_delta_launches,
     _split_delta_layout,
     _split_state_body,
+    _walk_update,
     _zero_flags,
     overlap_bytes,
     _chunk_gates,

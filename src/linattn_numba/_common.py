@@ -91,6 +91,7 @@ def release_scratch():
 
 
 SMEM_STATIC_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
+SMEM_MAX = 227 * 1024  # the most dynamic shared memory one block may opt in to (H100 / H200)
 _smem_opted_in = set()
 
 

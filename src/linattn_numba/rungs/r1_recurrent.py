@@ -155,6 +155,7 @@ from numba import cuda, float32, types
 
 from .. import sim
 from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, launch_dynamic, or_dummy, rows_aligned
+from .._common import SMEM_MAX  # the H100 / H200 limit per block (dynamic, opted in)
 from ..vec import cp_async16, cp_async_wait_all, ld4, st4
 
 NAME = "recurrent"
@@ -179,7 +180,6 @@ STAGE_BATCH = 8  # global loads a thread has in flight while staging a tile
 STAGE_ASYNC = {"plain": True, "decay": True, "delta": True, "gated_delta": True}
 RECURRENCE_OF = {(False, False): "plain", (True, False): "decay", (False, True): "delta", (True, True): "gated_delta"}
 TC_ASYNC = 32  # tokens per tile with the double buffer: 2 x 40 KB of dynamic shared memory at K = V = 128
-SMEM_MAX = 227 * 1024  # the H100 / H200 limit per block (dynamic, opted in)
 # Deferred decay: the registers hold S~ with S = D S~, D = the product of the tile's decays so far; a tile keeps
 # it only while D >= DEFER_MIN, so 1 / D <= 2**20 and S~ is at most 2**20 times larger than S
 DEFER_MIN = np.float32(2.0**-20)

@@ -590,8 +590,8 @@ import math
 import numpy as np
 from numba import config, cuda, float32, types
 
-from .._common import (FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, launch_dynamic, or_dummy, rows_aligned, scratch,
-                       scratch_key)
+from .._common import (FLAG_COMBOS, INPUT_DTYPES, SMEM_MAX, array_type, cdiv, launch_dynamic, or_dummy,
+                       rows_aligned, scratch, scratch_key)
 from .._common import SMEM_STATIC_LIMIT  # noqa: F401 - r3's name for the 48 KB limit (notebook r3_shared reads it)
 from ..reference import RECURRENCES
 
@@ -1891,6 +1891,29 @@ def _p2_rows4_tall(sm, S, xa, ya, pk, ks, pv, vs):
                 S[4 * i + j] += xa[8 * e + i] * ya[4 * e + j]
 
 
+@functools.lru_cache(maxsize=None)
+def _walk_update(C, KS, VS, TR):
+    """The split walks' P2 (:func:`_split_state_body`, :func:`_split_delta_kernel`) as a device function
+    ``update(sm, S, xa, ya, pk, pv)``: S += K^T V over the chunk's C rows, K's row t at ``sm[pk + t KS]`` (the
+    thread's TR rows from there), the (scaled) values' at ``sm[pv + t VS]``; rows past the end are zero. r3's P2: 8
+    rows of K and V per step, their 16 loads before the 128 FMAs (TR = 4), or four steps of 4 rows for 8 x 4 tiles
+    (the same 256 FMAs a loop step). Two steps per loop step, written out: their addresses are a base plus constants
+    (311 instructions per 256 FMAs, 334 with one step)."""
+
+    def update(sm, S, xa, ya, pk, pv):
+        for t16 in range(0, C, 16):
+            if TR == 4:
+                _p2_rows8(sm, S, xa, ya, pk + t16 * KS, KS, pv + t16 * VS, VS)
+                _p2_rows8(sm, S, xa, ya, pk + (t16 + 8) * KS, KS, pv + (t16 + 8) * VS, VS)
+            else:
+                _p2_rows4_tall(sm, S, xa, ya, pk + t16 * KS, KS, pv + t16 * VS, VS)
+                _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 4) * KS, KS, pv + (t16 + 4) * VS, VS)
+                _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 8) * KS, KS, pv + (t16 + 8) * VS, VS)
+                _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 12) * KS, KS, pv + (t16 + 12) * VS, VS)
+
+    return cuda.jit(device=True, inline="always")(update)
+
+
 def split_state_threads(KP, BV, rows):
     """Threads of :func:`_split_state_kernel`: one tile of ``rows`` x 4 of the state [KP, BV] each."""
     return (KP // rows) * (BV // 4)
@@ -1977,6 +2000,7 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
     start_v, cpat_v = _rows_copier_at(C, BV, NTH)
     JV, gates_v, factors_v, scale_v = _rows_scaler(C, BV, NTH)
     JV1 = JV + 1
+    update = _walk_update(C, KS, VS, TR)
 
     def split_state(sm, k, v, bcum, h0, ht, hs, lg, x, bh, flags):
         """Value columns x * BV .. x * BV + BV - 1 of head bh, carried through every chunk."""
@@ -2060,20 +2084,7 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
             if has_g:
                 for e in range(TS):
                     S[e] *= gc
-            # r3's P2: 8 rows of K and V per step, their 16 loads before the 128 FMAs; rows past the end are zero.
-            # Two steps per loop step, written out: their addresses are a base plus constants (311 instructions per
-            # 256 FMAs, 334 with one step)
-            pk = O_K + p * C * KS + rg * TR
-            pv = O_V + p * C * VS + cg * 4
-            for t16 in range(0, C, 16):
-                if TR == 4:
-                    _p2_rows8(sm, S, xa, ya, pk + t16 * KS, KS, pv + t16 * VS, VS)
-                    _p2_rows8(sm, S, xa, ya, pk + (t16 + 8) * KS, KS, pv + (t16 + 8) * VS, VS)
-                else:  # 8 x 4: four steps of 4 rows (the same 256 FMAs a step as above, twice per loop step)
-                    _p2_rows4_tall(sm, S, xa, ya, pk + t16 * KS, KS, pv + t16 * VS, VS)
-                    _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 4) * KS, KS, pv + (t16 + 4) * VS, VS)
-                    _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 8) * KS, KS, pv + (t16 + 8) * VS, VS)
-                    _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 12) * KS, KS, pv + (t16 + 12) * VS, VS)
+            update(sm, S, xa, ya, O_K + p * C * KS + rg * TR, O_V + p * C * VS + cg * 4)  # P2 (_walk_update)
             cuda.syncthreads()  # chunk c's buffers are read: chunk c + 2 goes there
         cp_async_wait_all()
         if signal and NC > 0 and tid == 0:  # the last chunk's S_c, as above (stored before the loop's last barrier)
@@ -2107,7 +2118,7 @@ def _split_delta_layout(C, KP, BV):
     return o_k, o_w, o_v, o_s, o_f, o_f + C
 
 
-SPLIT_DELTA_SMEM = 227 * 1024  # the most dynamic shared memory one block may opt in to (H100 / H200)
+SPLIT_DELTA_SMEM = SMEM_MAX  # the delta walk's limit: what one block may opt in to (H100 / H200)
 
 
 @functools.lru_cache(maxsize=None)
@@ -2147,6 +2158,7 @@ def _split_delta_kernel(C, KP, BV, has_g, has_h0, has_ht, rows=4):
     start_k, cpat_k = _rows_copier_at(C, KP, NTH)
     cp_w = _rows_copier(C, KP, NTH, True)  # scratch rows are whole chunks (zero past the end): no row tests
     cp_u = _rows_copier(C, BV, NTH, True)
+    update = _walk_update(C, KS, VS, TR)
 
     def split_delta(k, w, u, bcum, h0, ht, hs, vnew):
         """Value columns x * BV .. x * BV + BV - 1 of head y, carried through every chunk."""
@@ -2253,17 +2265,7 @@ def _split_delta_kernel(C, KP, BV, has_g, has_h0, has_ht, rows=4):
                 gc = exp_approx(b_last)
                 for e in range(TS):
                     S[e] *= gc
-            pk = O_K + p * C * KS + rg * TR
-            pv2 = pu + cg * 4
-            for t16 in range(0, C, 16):
-                if TR == 4:
-                    _p2_rows8(sm, S, xa, ya, pk + t16 * KS, KS, pv2 + t16 * VS, VS)
-                    _p2_rows8(sm, S, xa, ya, pk + (t16 + 8) * KS, KS, pv2 + (t16 + 8) * VS, VS)
-                else:
-                    _p2_rows4_tall(sm, S, xa, ya, pk + t16 * KS, KS, pv2 + t16 * VS, VS)
-                    _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 4) * KS, KS, pv2 + (t16 + 4) * VS, VS)
-                    _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 8) * KS, KS, pv2 + (t16 + 8) * VS, VS)
-                    _p2_rows4_tall(sm, S, xa, ya, pk + (t16 + 12) * KS, KS, pv2 + (t16 + 12) * VS, VS)
+            update(sm, S, xa, ya, O_K + p * C * KS + rg * TR, pu + cg * 4)
             cuda.syncthreads()  # chunk c's buffers, S_c and the factors are read: chunk c + 2 goes there
         cp_async_wait_all()
         if has_ht:

@@ -257,7 +257,7 @@ import math
 import numpy as np
 from numba import config, cuda, float32, int64, types
 
-from .._common import FLAG_COMBOS, INPUT_DTYPES, array_type, cdiv, or_dummy
+from .._common import FLAG_COMBOS, INPUT_DTYPES, SMEM_MAX, array_type, cdiv, or_dummy
 from ..reference import RECURRENCES
 from . import r3_shared as r3
 from ..vec import cp_async16, cp_async_wait_all, ld4, st4
@@ -270,7 +270,6 @@ MAX_V = None  # V is tiled by both kernels
 CHUNK_SIZES = r3.CHUNK_SIZES
 DEFAULT_CHUNK = r3.DEFAULT_CHUNK
 BV_DEFAULT = 32  # value-tile width of the state kernel: at C = 64 two stages of it fill the 227 KB of shared memory
-SMEM_MAX = 227 * 1024  # the most dynamic shared memory one block may opt in to on the H200
 
 # named barriers (0 is __syncthreads): CONS "the consumer warps among themselves", PROD "the producer warps among
 # themselves", MEET the rendezvous hand-off (every thread of the block, once per chunk)

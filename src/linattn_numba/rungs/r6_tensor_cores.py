@@ -1202,7 +1202,7 @@ def forward(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, p
     kernel with the output) or "split" (gates, the state kernel storing every chunk's starting state, then the
     output of every chunk in parallel; for the delta family r3's split, ``r3._split_delta_launches``, with this
     rung's pipelined output kernel); default :data:`SCHEDULE`, for the delta family :data:`DELTA_SCHEDULE`. "split"
-    runs only where :func:`split_fits` (the delta family: r3's conditions and C >= 32) and its buffer is at most
+    runs only where :func:`split_fits` (the delta family: r3's and :func:`out_pipe_fits`') and its buffer is at most
     :data:`SPLIT_MAX_BYTES`, else the fused schedule runs (same result within float32 error).
     """
     for _, launch in launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream, bv, precision, intra,
@@ -1239,13 +1239,16 @@ def launches(q, k, v, g, beta, o, h0, ht, scale, chunk_size, stream=0, bv=None, 
     if SPLIT_STATE not in SPLIT_STATES or SPLIT_OUT not in SPLIT_OUTS:
         raise ValueError(f"rung {NAME!r}: SPLIT_STATE must be one of {SPLIT_STATES} and SPLIT_OUT one of "
                          f"{SPLIT_OUTS}, got {SPLIT_STATE!r}, {SPLIT_OUT!r}")
-    pipe = (SPLIT_OUT == "pipelined" and T > 0
-            and out_pipe_fits(K, V, C, delta, out, out and vin and r3._rows_aligned(o)))
+    # the pipelined output kernel's own conditions (it computes the additive output: for the delta family's split
+    # on V_new as well), then the additive family's
+    pipe_out = (SPLIT_OUT == "pipelined" and T > 0
+                and out_pipe_fits(K, V, C, False, out, out and vin and r3._rows_aligned(o)))
+    pipe = pipe_out and not delta
     if (schedule == "split" and SPLIT_STATE == "shared" and pipe
             and split_bytes(B, T, H, K, V, C) <= SPLIT_MAX_BYTES):  # r3's launches, with this rung's output kernel
         return r3._split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, None,
                                   out_kernel=out_pipe_factory(precision))
-    if (schedule == "split" and delta and SPLIT_OUT == "pipelined" and C >= 32
+    if (schedule == "split" and delta and pipe_out
             and r3._split_runs(q, k, v, o, True, C, True)):  # the delta family: r3's walk, this rung's output kernel
         todo = r3._split_delta_launches(q, k, v, g, beta, o, h0, ht, scale, C, KP, NC, stream, None,
                                         out_kernel=out_pipe_factory(precision))
