@@ -299,7 +299,7 @@ display(Markdown(f"| recurrence | C | rel err o | rel err final state | within {
 # so that loads and products overlap: the state kernel copies chunk c + 1 while it multiplies chunk c, the output
 # kernel streams slabs of `S_c` and `V` through three buffers (the docstring's section, and `diff` it against the
 # fused schedule's state kernel, which still stages, waits, multiplies). The delta rule and the gated delta rule have
-# a split of their own under `schedule="split"` (not their default until it is measured on the H200:
+# a split of their own under `schedule="split"` (their default too since it was timed on the H200:
 # `r3.DELTA_SCHEDULE`): the intra kernel in state-only mode (W, U), a walk that computes `V_new = U - W S_c` and
 # stores it beside `S_c`, then the same output kernel with `V_new` for `V`. Which kernels run for each recurrence at
 # `C = 64` (the split schedule's fixed copy maps need whole rows: `r3.split_fits`), and how far the two schedules'

@@ -358,14 +358,14 @@ for name in ("_copy_scratch", "_copy_input", "_state_layout", "_threads", "_stat
 #
 # `B1 T40 H1 K=V=16` (the last chunk partial at every chunk size; 1 to 3 chunks), all four recurrences, with an
 # initial state; then r5 against r3 on the same inputs. The schedule changed, the operations and their order did
-# not: r5's results should equal r3's bit for bit -- r3's *fused* schedule, the one r5 specialises (for plain and
-# decay r3's default is its split schedule, which sums in another order: `r3.SCHEDULE` is set to "fused" here and
-# put back when the loop ends).
+# not: r5's results should equal r3's bit for bit -- r3's *fused* schedule, the one r5 specialises (r3's default is
+# its split schedule, which sums in another order: `r3.SCHEDULE` and, for the delta family, `r3.DELTA_SCHEDULE` are
+# set to "fused" here and put back when the loop ends).
 
 # %%
 B, T, H, K, V = 1, 40, 1, 16, 16
 rows = []
-r3_schedule, r3.SCHEDULE = r3.SCHEDULE, "fused"
+r3_schedules, r3.SCHEDULE, r3.DELTA_SCHEDULE = (r3.SCHEDULE, r3.DELTA_SCHEDULE), "fused", "fused"
 try:
     for rec in reference.RECURRENCES:
         inp = make_inputs(B, T, H, K, V, rec, initial_state=True, seed=0)
@@ -383,7 +383,7 @@ try:
             if la.sim.active():  # on a GPU the compiler may contract differently in the two kernels
                 assert same, (rec, C, "r5 differs from r3")
 finally:
-    r3.SCHEDULE = r3_schedule
+    r3.SCHEDULE, r3.DELTA_SCHEDULE = r3_schedules
 display(Markdown(f"| recurrence | C | chunks | rel err o | rel err final state | within {TOL_FP32:g} | "
                  "bitwise equal to r3 |\n|---|--:|--:|--:|--:|---|---|\n" + "\n".join(rows)))
 

@@ -280,8 +280,8 @@ else:
 #
 # The price is `hs`, every chunk's starting state: B H (T / C) K V floats, written once and read once. (For the delta
 # family P1's `W S` does feed the walk; `schedule="split"` there runs r3's own split, whose walk also stores
-# `V_new = U - W S_c`, with this rung's output kernel on `V_new`: not the default, `r6.DELTA_SCHEDULE`, until it is
-# timed on the H200.) The two schedules agree within float32 error:
+# `V_new = U - W S_c`, with this rung's output kernel on `V_new`: the default there too, `r6.DELTA_SCHEDULE`, since
+# it was timed on the H200.) The two schedules agree within float32 error:
 
 # %%
 inp = make_inputs(1, 40, 1, 16, 16, "decay", initial_state=True, seed=2)

@@ -103,7 +103,7 @@ def test_split_schedule(recurrence, T, K, V, with_h0, with_ht):
     ("gated_delta", 2, 1, 1, 32, 32, 32, None, 4, False, False), ("delta", 1, 1, 100, 32, 20, 8, None, 8, True, False),
     ("gated_delta", 1, 1, 77, 16, 40, 16, 8, 4, True, True)], ids=str)
 def test_split_delta(monkeypatch, recurrence, B, H, T, C, K, V, bv, rows, with_h0, with_ht):
-    """The delta family's split schedule (``schedule="split"``; not the default, ``DELTA_SCHEDULE``): the intra kernel
+    """The delta family's split schedule (``schedule="split"``, its default, ``DELTA_SCHEDULE``): the intra kernel
     in state-only mode (W, U), the walk (``_split_delta_kernel``: S_c to hs, V_new = U - W S_c to vnew), the additive
     output kernel on V_new. T = 1, T not a multiple of C (a short last chunk; an odd number of chunks, so both buffers
     of the walk hold a last chunk in some case), K != V, K' > K (W's zero columns), several value tiles of a head
@@ -111,8 +111,8 @@ def test_split_delta(monkeypatch, recurrence, B, H, T, C, K, V, bv, rows, with_h
     against the float64 recurrence and equal to the fused schedule within float32 error."""
     inp = make(B, T, H, K, V, recurrence, seed=T + K + V + C)
     kw = {} if bv is None else {"bv": bv}
-    assert r3.DELTA_SCHEDULE == "fused" and _kernel_names(inp, C, **kw) == ["intra", "state"]
-    assert _kernel_names(inp, C, schedule="split", **kw) == ["intra", "state", "out"]
+    assert r3.DELTA_SCHEDULE == "split" and _kernel_names(inp, C, **kw) == ["intra", "state", "out"]
+    assert _kernel_names(inp, C, schedule="fused", **kw) == ["intra", "state"]
     monkeypatch.setattr(r3, "SPLIT_ROWS", rows)
     with kernels_made(r3, "_split_delta_kernel") as made:
         check(inp, C, with_h0, with_ht, schedule="split", **kw)
@@ -398,14 +398,16 @@ def test_copy_by_element_offset():
 
 
 def test_split_schedule_falls_back(monkeypatch):
-    """Where the split schedule cannot run the fused one does, still correct: the delta family (its P1 feeds the
-    state), float16 inputs, rows that 128-bit accesses cannot take, C = 16 at K' = 128 (16 threads cannot copy
-    whole rows of 32 quads: ``split_fits``), a state buffer over SPLIT_MAX_BYTES, state-only calls; an unknown
-    schedule is refused."""
+    """Where the split schedule cannot run the fused one does, still correct: float16 inputs (the delta family's
+    own split too; at float32 it runs by default), rows that 128-bit accesses cannot take, C = 16 at K' = 128 (16
+    threads cannot copy whole rows of 32 quads: ``split_fits``), a state buffer over SPLIT_MAX_BYTES, state-only
+    calls; an unknown schedule is refused."""
     dec = make(1, 20, 1, 16, 8, "decay", seed=31)
     assert r3.split_bytes(1, 20, 1, 16, 8, 64) == 16 * 8 * 4
     assert _kernel_names(dec, 64) == ["gates", "state", "out"]
-    assert _kernel_names(make(1, 20, 1, 16, 8, "gated_delta", seed=32), 64) == ["intra", "state"]
+    gd = make(1, 20, 1, 16, 8, "gated_delta", seed=32)
+    assert _kernel_names(gd, 64, schedule="split") == _kernel_names(gd, 64) == ["intra", "state", "out"]  # its own
+    assert _kernel_names(make(1, 20, 1, 16, 8, "gated_delta", seed=32, dtype=np.float16), 64) == ["intra", "state"]
     assert _kernel_names(make(1, 20, 1, 16, 8, "decay", seed=33, dtype=np.float16), 64) == ["intra", "state"]
     assert _kernel_names(make(1, 20, 1, 16, 6, "plain", seed=35), 64) == ["intra", "state"]  # V = 6
     assert _kernel_names(dec, 16) == ["gates", "state", "out"]  # C = 16 at K' = 16: it fits
@@ -514,7 +516,7 @@ def test_module_contract():
     # both tilings (delta, gated delta)
     assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 9 + 2 * 2 + 3 + 1
     assert r3.SCHEDULES == ("fused", "split") and r3.SCHEDULE == "split"  # the measured default (docstring)
-    assert r3.DELTA_SCHEDULE == "fused"  # the delta family's split is not measured on the H200 yet (docstring)
+    assert r3.DELTA_SCHEDULE == "split"  # the delta family's measured default (docstring)
 
 
 _COMPILE_SCRIPT = """

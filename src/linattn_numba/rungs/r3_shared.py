@@ -1,7 +1,8 @@
 """Rung r3, ``shared``: the chunkwise algorithm of r2 (:func:`linattn_numba.reference.chunked`) in two fused
 kernels that keep every operand of their matrix products in shared memory and every thread's results in
-registers (for plain and decay attention, by default, three: the *split schedule*, section below, whose state walk
-and output run as one launch where their blocks are the same size: :data:`OVERLAP`).
+registers (by default, three: the *split schedule*, sections below; for plain and decay attention its state walk
+and output run as one launch where their blocks are the same size, :data:`OVERLAP`; the delta family's split
+has a walk of its own that also computes V_new).
 
 What changed from r2, and why
 -----------------------------
@@ -519,8 +520,8 @@ T = 777 and 300, K = 64 and 100, V = 40 to 128) r3's decay and plain output and 
 within 1.4e-6 (``probes/h200_oracle_shared_additive_edce086.txt``).
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
-copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere, and by default for
-the delta family (its own split: the next section but one), the fused schedule runs. compute-sanitizer's memcheck,
+copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule
+runs (the delta family has a split of its own: the next section but one). compute-sanitizer's memcheck,
 racecheck and synccheck: ``figures/data/h200_sanitize_par_*.txt`` (the README's list); the 8 x 4 tiling, forced at
 the sanitizer's shape (B2 T300 H2 K64 V80, where the rule picks 4 x 4) by ``tools/sanitize.py --vary
 r3_shared.SPLIT_ROWS=8 --vary r3_shared.SPLIT_BV=64``, under r3, r6 and r4 (plain, decay): nothing reported
@@ -537,11 +538,11 @@ tensor-core tiles (0.676 against 0.891 ms for decay at the standard shape: r6's 
 written once for both: :func:`_out_pipeline` has the copies, slabs, buffers, barriers and the deferred start
 state, and takes the product steps as a parameter (r3's :func:`_out_fma_products`, r6's ``_out_pipe_products``).
 
-The split schedule for the delta family (``schedule="split"``; not the default: :data:`DELTA_SCHEDULE`). For the
-delta rule P1's ``W S`` does feed the state (V_new = U - W S_c), so it must stay in the walk, but the output's part
-need not: fla's ``chunk_gated_delta_rule`` walks with ``W S`` and the update only, storing every chunk's state and
-V_new, then computes o = scale (diag(gamma) Q S_c + Aqk V_new) for every chunk in parallel -- the additive output
-with V_new for V. Here::
+The split schedule for the delta family (``schedule="split"``, the default since it was measured:
+:data:`DELTA_SCHEDULE`). For the delta rule P1's ``W S`` does feed the state (V_new = U - W S_c), so it must stay
+in the walk, but the output's part need not: fla's ``chunk_gated_delta_rule`` walks with ``W S`` and the update
+only, storing every chunk's state and V_new, then computes o = scale (diag(gamma) Q S_c + Aqk V_new) for every
+chunk in parallel -- the additive output with V_new for V. Here::
 
     intra   (NT, B H), 256 threads          state-only mode (as r4's phase 1 runs it): b, Lkk, A, W, U -> bcum, w, u
     state   (V / BV, B H), 256 threads      per chunk: hs[c] = S_c; V_new = U - W S_c -> vnew [B, T, H, V] and, times
@@ -565,10 +566,14 @@ threads: half of them wait at its barrier.
 The prediction from pieces measured alone at the standard shape: the intra kernel in state-only mode 1.04 ms
 (r4's phase 1 at B1 T262144 H2, the same 8,192 blocks: ``figures/data/probes/h200_ncu_r4_gated_delta_d8b443d.csv``),
 the output kernel ~0.86 ms (decay's), the walk ~1.1 ms if it keeps the additive walk's rate (0.560 ms for half
-the work): ~3.0 ms against the fused schedule's 3.61 (gated delta). Not measured yet on the H200 (no device in the
-session that wrote it), so the fused schedule stays the delta family's default; ``tools/h200.sh delta_split``
-times both per kernel (oracle-checked), ``delta_split_tests`` runs its GPU tests, ``delta_split_bench`` benches it
-beside fla.
+the work): ~3.0 ms against the fused schedule's 3.61 (gated delta). Measured on the H200 (``tools/h200.sh
+delta_split`` at 73b83a8, per kernel and oracle-checked: ``figures/data/probes/h200_tune_r3_delta_split_73b83a8.json``):
+gated delta 3.604 ms fused against 3.027 split (intra 1.042, walk 1.137, out 0.847), delta 3.442 against 2.924
+(0.967, 1.121, 0.829) -- the prediction held to 1 %, and the split became the delta family's default. Its GPU tests
+(``delta_split_tests``) passed and memcheck, racecheck and synccheck report nothing
+(``figures/data/h200_sanitize_split_delta_73b83a8.txt``); the bench beside fla is in the README's table. Where the
+walk cannot run (a value tile over :data:`SPLIT_DELTA_SMEM`, float16, rows that 128-bit copies cannot take,
+state-only calls) the fused schedule runs, as for the additive family.
 
 Numerics: every product accumulates in float32; float16 inputs are converted on load; every exponent is a
 difference of in-chunk cumulative log-gates b_t - b_s <= 0 (gamma_t = exp(b_t), gamma_C / gamma_t =
@@ -2101,7 +2106,7 @@ def _split_state_body(C, KP, BV, has_g, has_h0, has_ht, has_lg, rows, signal):
 # ----------------------------------------------------------------------------------------------------------
 # the split schedule for the delta family: the walk computes V_new and stores it beside S_c
 # ----------------------------------------------------------------------------------------------------------
-DELTA_SCHEDULE = "fused"  # forward(schedule=None)'s choice for the delta family (SCHEDULE: the additive family's)
+DELTA_SCHEDULE = "split"  # forward(schedule=None)'s choice for the delta family (measured: module docstring)
 
 
 def _split_delta_layout(C, KP, BV):

@@ -83,10 +83,11 @@ product per step (``precision="tf32"``, fla's accuracy) the split schedule takes
 against fla's 0.81 / 0.87 ms in the same run (``figures/data/probes/h200_r6_split_c20ff61.json``).
 
 It runs where :func:`split_fits` (float32 inputs with aligned rows, the output wanted) and ``hs`` is at most
-:data:`SPLIT_MAX_BYTES`; elsewhere, and by default for the delta family (:data:`DELTA_SCHEDULE`), the fused
-schedule runs. For the delta family ``schedule="split"`` runs r3's split (r3's docstring, "The split schedule for
-the delta family": the intra kernel in state-only mode, r3's walk storing S_c and V_new = U - W S_c) with this
-rung's pipelined output kernel on V_new (C >= 32); it is not measured on the H200 yet, hence not the default. Its
+:data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule runs. For the delta family ``schedule="split"`` (its
+default too, :data:`DELTA_SCHEDULE`) runs r3's split (r3's docstring, "The split schedule for the delta family":
+the intra kernel in state-only mode, r3's walk storing S_c and V_new = U - W S_c) with this rung's pipelined output
+kernel on V_new (C >= 32): gated delta at the standard shape 2.811 ms (intra 1.042, walk 1.137, out 0.635) against
+the fused schedule's 3.484 in the same run (``figures/data/probes/h200_tune_r6_delta_split_73b83a8.json``). Its
 intra kernel for the additive family is the tensor-core one (:func:`_intra_add_kernel`, :data:`INTRA`: 0.60 / 0.70
 ms against r3's 0.68 / 0.75 for plain / decay, ``probes/h200_tune_r6_intra_7741f24.json``).
 
@@ -848,8 +849,8 @@ def _intra_delta_kernel(C, KP, has_g, three):
 # ----------------------------------------------------------------------------------------------------------
 SCHEDULES = r3.SCHEDULES
 SCHEDULE = "split"  # the default of forward(schedule=...): faster on the H200 (module docstring)
-# the delta family's default: its split (r3's, with this rung's output kernel) is not measured on the H200 yet
-DELTA_SCHEDULE = "fused"
+# the delta family's default: its split (r3's, with this rung's output kernel), faster on the H200 (module docstring)
+DELTA_SCHEDULE = "split"
 # The split schedule's kernels (read at launch: tools/tune_r3.py --vary compares them in one process). State walk:
 # "tensor_cores" (_state_kernel with store) or "shared" (r3's pipelined FMA kernel, r3._split_state_kernel); output:
 # "pipelined" (_out_pipe_kernel: r3's copies overlapped with the products, products on the tensor cores) or
