@@ -254,7 +254,10 @@ def auto_rung(T: int, K: int, V: int, recurrence: str | None = None, chunk_size:
     3xTF32 mma tiles, since 8baed37; it needs C >= 32) is ahead of r3 ``shared`` (1.161 / 1.277 against 1.335 /
     1.446 ms in one run, ``figures/data/h200_r6_pipe_f0ac321.json``), which is ahead of r5 ``warp_roles`` and r1
     ``recurrent``; for the delta rule and the gated delta rule r1 ``recurrent`` is the fastest rung (its state pass
-    does one K x V update per token; the chunked rungs pay for the WY solve and the [W; Q'] S product). So: K <= 128
+    does one K x V update per token; the chunked rungs pay for the WY solve and the walk's W S product: r6 2.811 and
+    r3 3.027 ms against r1's 2.717 (another run) for gated delta,
+    ``figures/data/probes/h200_tune_r{6,3}_delta_split_73b83a8.json``, ``figures/data/h200_r1_ecba0d6.json``). So:
+    K <= 128
     picks ``tensor_cores`` (additive, or recurrence unknown, at C = 32 or 64; ``shared`` at C = 16) or
     ``recurrent`` (delta family); K <= 256 picks ``chunked``; larger K ``naive``.
 
