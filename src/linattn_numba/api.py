@@ -66,7 +66,8 @@ class _In:
         self.device = _is_device(a)
         if self.device:
             try:
-                self.array = a if sim.active() else cuda.as_cuda_array(a)  # zero-copy view of CuPy / torch / Numba memory
+                # a zero-copy view of CuPy / torch / Numba memory
+                self.array = a if sim.active() else cuda.as_cuda_array(a)
             except Exception as e:  # e.g. torch bfloat16 has no __cuda_array_interface__ typestr Numba knows
                 raise TypeError(
                     f"{name}: cannot view this device array through __cuda_array_interface__ ({e}); "

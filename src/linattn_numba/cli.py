@@ -27,7 +27,6 @@ def _use_simulator_if_needed(quiet=False) -> bool:
 
 def demo(args) -> int:
     simulated = _use_simulator_if_needed()
-    import numpy as np
     from numba import cuda
 
     import linattn_numba as la

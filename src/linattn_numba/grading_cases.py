@@ -100,7 +100,7 @@ def launch(module, inp, chunk_size=DEFAULT_CHUNK, with_h0=True, with_ht=True, sc
     """
     from numba import cuda
 
-    q, k, v = inp["q"], inp["k"], inp["v"]
+    q, v = inp["q"], inp["v"]
     B, T, H, K = q.shape
     V = v.shape[3]
     d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}

@@ -1454,15 +1454,15 @@ def _lines_prefetcher(ROWS, LINES, NTH, ROT, scratch):
     size a compile-time constant: request e = (tid + 32 c - ROT) mod NTH (+ NTH j) is row e // LINES, line
     e % LINES (``c``: the chunk's index).
 
-    The general loop it replaces, ``for e in range(tid, n lmax, nth)`` (row e // lmax, line e % lmax) with a
-    runtime end, compiled to 4x-unrolled 64-bit loop code of about 170 SASS instructions per call even with lmax
-    a constant (450-520 with a runtime lmax, ``figures/data/probes/h200_ncu_src_a1325d3_1.csv.gz``), and every
-    call began at thread 0: at the state kernel's 512 threads warps 0-7 issued all four calls per chunk and warps
-    8-15 none, then waited for them at the barrier. ``ROT`` starts each array's requests where the one before ended, so every thread issues at most
-    ceil(total / NTH) requests. The map turns by a warp per chunk (``32 c``): with a fixed one the addresses'
-    per-thread parts do not change from chunk to chunk, and the compiler kept them out of the chunk loop, about
-    15 registers that the decay state kernel then spilled. ``scratch``: ``pf(x, bh, t0, n, c0, cols, tid, c)`` on
-    a [BH, T, n] array; else ``pf(x, b, h, t0, n, c0, cols, tid, c)`` on a [B, T, H, n] input."""
+    The general loop it replaces, ``for e in range(tid, n lmax, nth)`` (row e // lmax, line e % lmax) with a runtime
+    end, compiled to 4x-unrolled 64-bit loop code of about 170 SASS instructions per call even with lmax a constant
+    (450-520 with a runtime lmax, ``figures/data/probes/h200_ncu_src_a1325d3_1.csv.gz``), and every call began at
+    thread 0: at the state kernel's 512 threads warps 0-7 issued all four calls per chunk and warps 8-15 none, then
+    waited for them at the barrier. ``ROT`` starts each array's requests where the one before ended, so every thread
+    issues at most ceil(total / NTH) requests. The map turns by a warp per chunk (``32 c``): with a fixed one the
+    addresses' per-thread parts do not change from chunk to chunk, and the compiler kept them out of the chunk loop,
+    about 15 registers that the decay state kernel then spilled. ``scratch``: ``pf(x, bh, t0, n, c0, cols, tid, c)``
+    on a [BH, T, n] array; else ``pf(x, b, h, t0, n, c0, cols, tid, c)`` on a [B, T, H, n] input."""
     J = cdiv(ROWS * LINES, NTH)
 
     if scratch:
@@ -2465,7 +2465,16 @@ def _out_fma_products(C, KP):
     ``4 rr + ((i + 2 ((rr >> 1) & 1)) & 3)``: the four rows a warp reads in one 128-bit load of A fall in distinct
     bank groups (rows 4 apart would pair up at a row stride of 33 float4, K' + 4 or C + 4 floats); columns
     ``c0 + 0..3`` and ``c0 + HB + 0..3``: 8 lanes read 8 consecutive float4 of a slab row. ``ctx``: the rows
-    (0..3), c0 (4) and the warp's last row + 1 (5: Aqk is zero past it)."""
+    (0..3), c0 (4) and the warp's last row + 1 (5: Aqk is zero past it).
+
+    What the triangle still costs (counted from the loops, at C = 64, K' = V = 128; not timed): ``Aqk V`` stops
+    at a warp's last row, so its 16-row bands multiply 16, 32, 48, 64 rows of V: 327,680 FMAs a block where the
+    lower triangle needs 266,240; the scores' 16 x 8 sub-tiles on the diagonal (:func:`_out_scores`) do the same
+    again, 327,680 for 266,240. The 122,880 FMAs above the diagonal are 7.2 % of a block's 1.70 M (``Q S_c`` is
+    1.05 M) and 4.5 % of the overlapped launch's FMAs with the walk's 1.05 M a chunk. Narrower bands do not pay on
+    this map: 8-row bands (2 x 16 tiles a warp) read 16 distinct float4 of a slab row per load, two wavefronts
+    where one serves now, for every product, ``Q S_c`` included; 2 x 16 tiles a thread issue 18 loads per 128
+    FMAs, not 12, which costs more instructions than the band saves."""
     C4 = C // 4
     WIDE = C4 % 8 == 0
     CG = min(8, C4)  # tile columns per column group of a warp

@@ -100,13 +100,13 @@ it adds ~11 kFLOP per token-head at T = 262,144 (2.8 GFLOP per sequence). The ch
 sequential steps of 2 K^2 V = 4.2 MFLOP, spread over only ceil(V / 32) blocks per head.
 
 Cost model. Segments (:func:`choose_num_segments`, :func:`plan_segments`): the engine's state pass has
-``B H ceil(V / 32)`` sequential walkers (one per head and 32 value columns). If that already fills the GPU
-(>= one per SM: B4 H16 K=V=128 has 256 walkers for 132 SMs), NS = 1 and r4 *is* the engine (r3 for the additive
-family, whose phases are r3's) -- one call, no overhead. Otherwise NS = ceil(RESIDENT x SMs / walkers), enough segments for RESIDENT walkers per SM
-(``RESIDENT_ADD``, ``RESIDENT_DELTA``: the additive state kernel is lighter, so more of its blocks share an
-SM; the delta family's phase 1 already has twice the walkers, V + K columns), capped so that a segment keeps
-at least ``MIN_SEG_CHUNKS`` chunks. The segment length is T / NS when NS divides T, else rounded up to whole
-chunks when that keeps the count; a shorter last segment runs alone after the others, so the count then moves
+``B H ceil(V / 32)`` sequential walkers (one per head and 32 value columns). If that already fills the GPU (>= one
+per SM: B4 H16 K=V=128 has 256 walkers for 132 SMs), NS = 1 and r4 *is* the engine (r3 for the additive family,
+whose phases are r3's) -- one call, no overhead. Otherwise NS = ceil(RESIDENT x SMs / walkers), enough segments for
+RESIDENT walkers per SM (``RESIDENT_ADD``, ``RESIDENT_DELTA``: the additive state kernel is lighter, so more of its
+blocks share an SM; the delta family's phase 1 already has twice the walkers, V + K columns), capped so that a
+segment keeps at least ``MIN_SEG_CHUNKS`` chunks. The segment length is T / NS when NS divides T, else rounded up to
+whole chunks when that keeps the count; a shorter last segment runs alone after the others, so the count then moves
 down, at most to half, to the plan that walks the fewest chunks one after another (:func:`_short_tail`). At
 B1 H2 K=V=128 this first gave NS = 66 (delta family) and 132 (additive): the best of the counts swept on the
 H200 with the chunked engine (``tools/r4_scan_probe.py``, ``figures/data/probes/h200_r4_scan_probe.json``).
