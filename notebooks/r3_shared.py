@@ -644,7 +644,46 @@ for shape in (std, (1, 65536, 2, 128, 128)):
 # from its true start state:
 # sequence parallelism. **r5 `warp_roles`** takes the second, the docstring's "next step": producer warps fill
 # one half of a double buffer with `cp.async` while consumer warps compute on the other half.
-#
+
+# %% [markdown]
+# **The diagonal.** The split schedule's output kernel (`_out_fma_products`) multiplies `Aqk V` only up to each
+# warp's last row, and its scores (`_out_scores`) skip the sub-tiles that lie wholly above the diagonal. What lies
+# above the diagonal inside the bands and sub-tiles that remain is still computed, as zeros times values. The
+# count below follows those loops for one output block (one chunk of one head). The walk's `K^T V` per chunk is
+# beside it, because the overlapped launch issues both. Compare "executed" with "needed" (the lower triangle):
+
+# %%
+def out_block_fmas(C, KP, K, V):
+    """{product: (FMAs executed, FMAs the lower triangle needs)} for one chunk of one head in r3's split
+    schedule: the output block's three products and the walk's update, at chunk C, padded K' = KP."""
+    _, CBW = r3._out_shape(C, KP)
+    v_exec = -(-V // CBW) * CBW  # whole passes of CBW value columns
+    band = min(16, C)  # a warp's rows (4 tile rows of 4 x 8 tiles): Aqk V stops at the band's last row (ctx[5])
+    av = sum(band * min(band * (b + 1), C) * v_exec for b in range(C // band))
+    C4, C8 = C // 4, C // 8  # the scores' sub-tiles: rows tr + C/4 i, columns tc + C/8 j, kept where j <= 2 i + 1
+    scores = sum(C4 * C8 for i in range(4) for j in range(2 * i + 2)) * KP
+    tri = C * (C + 1) // 2
+    return {"scores Q K^T": (scores, tri * K), "Q S_c": (C * KP * v_exec, C * K * V), "Aqk V": (av, tri * V),
+            "walk K^T V": (KP * V * C, K * V * C)}
+
+
+K_std, V_std = std[3], std[4]
+fm = out_block_fmas(C0, r3.padded_k(K_std), K_std, V_std)
+ex_all = sum(e for e, _ in fm.values())
+rows = [f"| {name} | {e:,} | {n:,} | {100 * (e - n) / e:.1f} % |" for name, (e, n) in fm.items()]
+waste = sum(e - n for e, n in fm.values())
+display(Markdown(f"At C = {C0}, K = {K_std}, V = {V_std}:\n\n| product | FMAs executed | needed | above the "
+                 "diagonal |\n|---|--:|--:|--:|\n" + "\n".join(rows)
+                 + f"\n| **all** | {ex_all:,} | | {100 * waste / ex_all:.1f} % |"))
+
+# %% [markdown]
+# A few percent of the launch's FMAs fall above the diagonal, about the size of each of the last tuning steps in
+# the module docstring's history. Taking it back needs narrower row bands. On this map, 8-row bands
+# (2 x 16 tiles a warp) would make every slab load read 16 distinct float4, which is two wavefronts, and that
+# includes the `Q S_c` product with no triangle in it. A 2 x 16 tile a thread would need 18 shared loads per 128
+# FMAs instead of 12. Either way the extra loads cost more than the skipped FMAs save. (Exercise 6.)
+
+# %% [markdown]
 # ## Exercises
 #
 # **Write the rung yourself:** `exercises/r3_shared.py` is this rung with the two kernel bodies and the blockwise
@@ -665,3 +704,7 @@ for shape in (std, (1, 65536, 2, 128, 128)):
 # 5. `r3_budget` lists the state kernel's re-reads per value tile. Which `BV` minimises the bytes, and why was
 #    the tuned `BV` (`BV_TABLE`) not simply the widest? (Hint: registers per thread, threads per block and blocks
 #    per SM: `STATE_REGS_BLOCKS` and the launch bounds.)
+# 6. With `out_block_fmas` (section 7), find how narrow a warp's row band must be to halve `Aqk V`'s share above
+#    the diagonal. Then count the shared-memory wavefronts a warp needs per 4 steps of the inner dimension, for
+#    4 x 8 tiles mapped 4 tile rows x 8 tile columns a warp, and for 2 x 16. At what ratio of shared-load issue
+#    to FMA issue would the narrower band pay?
