@@ -373,17 +373,17 @@ at 5d63b60 (``figures/data/probes/h200_r6_pipe_5d63b60.json``, one process besid
 The walk and the output in one launch (:data:`OVERLAP`, :func:`_overlap_kernel`, since b02343f). At the standard
 shape the walk is 128 blocks of 256 threads, one per SM, for its 0.56 ms, and the SM has room for a second block
 (two per SM fit: 2 x 101.6 KB of shared memory, 128 registers a thread) that stays empty until the output kernel
-starts. One grid now holds both: ``nwalk`` walker blocks and every chunk's output block, each chunk's as soon as
-the walk has stored S_c. Who does what came from a ticket (an atomic counter that a block reads when it starts),
-not from the block index, so every walker is running before any output block can wait for it: no deadlock
-whatever order the hardware starts blocks in (since then from the block index, walkers first, with walkers claimed
-so that no block waits for one that has not started: :func:`_overlap_kernel`, and the last section). Walkers count, per chunk, the value tiles of S_c stored (since
-288562f one ``red.release.gpu`` by thread 0, a chunk late; every thread's ``threadfence`` then an atomic add before,
-below); an output block's thread 0 reads its chunk's count by ``ld.acquire.gpu`` (``nanosleep`` between looks)
-before the block copies S_c. The output is the same bit for bit. It runs where the two kernels' blocks are the same
-size (256 threads: C = 64, K' = 128, in either tiling) and without the deferred start state (r4's output waits for
-its scan). ``tools/sass.py`` (sm_90): 128 registers; 56 bytes spilled for decay (52 since 288562f; the 8 x 4 walk
-with its counts; none for plain, nor in the 4 x 4 tiling).
+starts. One grid now holds both: ``nwalk`` walker blocks and every chunk's output block, each chunk's as soon as the
+walk has stored S_c. Who does what came from a ticket (an atomic counter that a block reads when it starts), not
+from the block index, so every walker is running before any output block can wait for it: no deadlock whatever order
+the hardware starts blocks in (since then from the block index, walkers first, with walkers claimed so that no block
+waits for one that has not started: :func:`_overlap_kernel`). Walkers count, per chunk, the value tiles of S_c
+stored (since 288562f one ``red.release.gpu`` by thread 0, a chunk late; every thread's ``threadfence`` then an
+atomic add before, below); an output block's thread 0 reads its chunk's count by ``ld.acquire.gpu`` (``nanosleep``
+between looks) before the block copies S_c. The output is the same bit for bit. It runs where the two kernels'
+blocks are the same size (256 threads: C = 64, K' = 128, in either tiling) and without the deferred start state
+(r4's output waits for its scan). ``tools/sass.py`` (sm_90): 128 registers; 56 bytes spilled for decay (52 since
+288562f; the 8 x 4 walk with its counts; none for plain, nor in the 4 x 4 tiling).
 
 H200 at B4 T8192 H16 K=V=128, per kernel, oracle-checked (``figures/data/probes/h200_tune_r3_overlap_b02343f.json``,
 ``h200_tune_r3_overlap_plain_f0ac321.json``):
