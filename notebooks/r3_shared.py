@@ -329,15 +329,11 @@ for rec in reference.RECURRENCES:
 # %% [markdown]
 # **The walk and the output in one launch** (`r3.OVERLAP`, the docstring's section of that name). The walk is a
 # handful of blocks, one per SM at the standard shape, while the SM has room for a second block; so where the two
-# kernels' blocks are the same size, both roles become blocks of one grid. A block learns its role from its index:
-# the first blocks walk, the rest compute the output of one chunk each, chunk-major, each waiting for a per-chunk
-# count that the walkers raise once `S_c` is stored. GPUs start blocks in index order in practice, but nothing
-# promises it: if output blocks filled the GPU first they would wait forever for walkers that cannot start. So a
-# walker is *claimed* once, by an atomic compare-and-swap: by its own block when it starts, or by an output block
-# that would otherwise wait while some walker is still unclaimed; that block walks instead and leaves its chunk in
-# the claim, for the walker's block to compute when it starts. A block waits only while every walker runs, and
-# nothing can deadlock whatever order the GPU starts blocks in. (Until this change a block took a *ticket* from an
-# atomic counter, and its warps waited at a barrier for it.) On the H200 the launch gained 3-4 %, not
+# kernels' blocks are the same size, both roles become blocks of one grid. A block learns its role from a *ticket*
+# (an atomic counter read when it starts): the first tickets walk, the rest compute the output of one chunk each,
+# chunk-major, each waiting for a per-chunk count that the walkers raise once `S_c` is stored. Why tickets and not
+# the block index: a block holds a ticket only once it runs, so every walker is running before any output block
+# waits on it, and nothing can deadlock whatever order the GPU starts blocks in. On the H200 it gained 3-4 %, not
 # the up to 0.56 ms that a free output would: both roles are bound by instruction issue, so they mostly share the
 # SM's issue slots. Here at a size the simulator affords (C = 16: 16 threads in both roles; two value tiles of 16, so
 # each chunk's count must reach 2), the same output bit for bit as the two launches:

@@ -146,3 +146,29 @@ def test_release_acquire_and_exp_approx_compile():
     assert counts["red.release.gpu.add.s32"] == 1 and counts["ld.acquire.gpu.b32"] >= 1, counts  # the loop rotated
     assert counts["ex2.approx.ftz.f32"] == 1, counts
     assert counts["fence.sc"] == 0 and counts["membar"] == 0, counts
+
+
+_PLACEMENT = r"""
+import sys
+sys.path.insert(0, "tools")
+from numba import cuda, types
+import placement_probe as pp
+
+sig = (types.int32[::1], types.int32[::1], types.int32[::1], types.int64[::1], types.int64)
+ptx, _ = cuda.compile_ptx(pp._probe.py_func, sig, cc=(9, 0))
+for s in ("%smid", "%globaltimer", "atom.global.add"):
+    print(s, ptx.count(s))
+"""
+
+
+@pytest.mark.compile
+def test_placement_probe_compiles():
+    """tools/placement_probe.py (which SM each block of an overlapped-launch-shaped grid lands on; GPU only, run by
+    hand) compiles for sm_90: its ``%smid`` and ``%globaltimer`` reads and the ticket's atomic are in the PTX."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", _PLACEMENT], env=env, capture_output=True, text=True, timeout=600,
+                       cwd=root)
+    assert r.returncode == 0, r.stderr[-3000:]
+    counts = dict(line.rsplit(" ", 1) for line in r.stdout.splitlines())
+    assert all(int(counts[s]) >= 1 for s in ("%smid", "%globaltimer", "atom.global.add")), r.stdout

@@ -87,59 +87,6 @@ def test_split_delta_large(recurrence, shape):
         r3.SPLIT_BV, r3.SPLIT_ROWS = saved
 
 
-@pytest.mark.parametrize("take_looks", [0, None], ids=["take_at_once", "default"])
-@pytest.mark.parametrize("recurrence", ["plain", "decay"])
-def test_overlap_claims_large(recurrence, take_looks):
-    """r3's overlapped launch (walkers and output blocks by block index, walkers claimed) on the GPU, where blocks
-    really run at once: with ``OVERLAP_TAKE_LOOKS`` = 0 an output block whose chunk is not ready claims any walker
-    not yet claimed at its first look (at the launch's start some walkers' blocks have not claimed their own yet),
-    walks it and leaves its chunk to that walker's block. Against the oracle and the two launches, and the claims
-    consistent: every walker claimed once (``flags[0]``), by its own block or for a distinct chunk."""
-    from numba import cuda
-
-    from linattn_numba.rungs import r3_shared as r3
-    from linattn_numba.testing import make_inputs, rel_err
-
-    shape = (2, 1000, 4, 128, 128)
-    inp = make_inputs(*shape, recurrence, initial_state=True, seed=7)
-    o_ref, h_ref = _oracle(inp)
-    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
-    B, T, H, K = inp["q"].shape
-    V = inp["v"].shape[3]
-    seen, real = [], r3._flags
-    saved = r3.OVERLAP_TAKE_LOOKS
-    outs = {}
-    try:
-        for overlap in (True, False):
-            r3.OVERLAP = overlap
-            r3._flags = (lambda n, stream: seen.append(real(n, stream)) or seen[-1]) if overlap else real
-            if take_looks is not None:
-                r3.OVERLAP_TAKE_LOOKS = take_looks
-            r3._out_body.cache_clear()  # the constant is read when the kernel compiles
-            r3._overlap_kernel.cache_clear()
-            o = cuda.to_device(np.full((B, T, H, V), np.nan, np.float32))
-            ht = cuda.to_device(np.full((B, H, K, V), np.nan, np.float32))
-            r3.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, K**-0.5, 64)
-            outs[overlap] = o.copy_to_host(), ht.copy_to_host()
-    finally:
-        r3._flags, r3.OVERLAP, r3.OVERLAP_TAKE_LOOKS = real, True, saved
-        r3._out_body.cache_clear()
-        r3._overlap_kernel.cache_clear()
-    assert len(seen) == 1  # the overlapped launch's counts (the gates kernel zeroes them)
-    e_o, e_h = rel_err(outs[True][0], o_ref), rel_err(outs[True][1], h_ref)
-    assert e_o <= 1e-4 and e_h <= 1e-4, f"output {e_o:.2e}, state {e_h:.2e}"
-    assert np.array_equal(outs[True][0], outs[False][0]) and np.array_equal(outs[True][1], outs[False][1])
-    NC = -(-T // 64)
-    bv, _ = r3.split_tile(64, 128, B * H, V)
-    nwalk = B * H * (-(-V // bv))
-    f = seen[0].copy_to_host()
-    claims = f[1 + B * H * NC:1 + B * H * NC + nwalk]
-    jobs = claims[claims != r3.WALKER_OWN] - r3.JOB0
-    assert f[0] == nwalk and (claims >= r3.WALKER_OWN).all() and len(set(jobs.tolist())) == len(jobs)
-    assert ((jobs >= 0) & (jobs < NC * B * H)).all()
-    print(f"{recurrence}, take_looks {take_looks}: {len(jobs)} of {nwalk} walkers claimed by output blocks")
-
-
 @pytest.mark.parametrize("handoff", ["pair", "rendezvous"])
 @pytest.mark.parametrize("recurrence", ["decay", "gated_delta"])
 def test_r5_handoffs(recurrence, handoff):

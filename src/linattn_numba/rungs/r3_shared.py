@@ -373,17 +373,16 @@ at 5d63b60 (``figures/data/probes/h200_r6_pipe_5d63b60.json``, one process besid
 The walk and the output in one launch (:data:`OVERLAP`, :func:`_overlap_kernel`, since b02343f). At the standard
 shape the walk is 128 blocks of 256 threads, one per SM, for its 0.56 ms, and the SM has room for a second block
 (two per SM fit: 2 x 101.6 KB of shared memory, 128 registers a thread) that stays empty until the output kernel
-starts. One grid now holds both: ``nwalk`` walker blocks and every chunk's output block, each chunk's as soon as the
-walk has stored S_c. Who does what came from a ticket (an atomic counter that a block reads when it starts), not
-from the block index, so every walker is running before any output block can wait for it: no deadlock whatever order
-the hardware starts blocks in (since then from the block index, walkers first, with walkers claimed so that no block
-waits for one that has not started: :func:`_overlap_kernel`). Walkers count, per chunk, the value tiles of S_c
-stored (since 288562f one ``red.release.gpu`` by thread 0, a chunk late; every thread's ``threadfence`` then an
-atomic add before, below); an output block's thread 0 reads its chunk's count by ``ld.acquire.gpu`` (``nanosleep``
-between looks) before the block copies S_c. The output is the same bit for bit. It runs where the two kernels'
-blocks are the same size (256 threads: C = 64, K' = 128, in either tiling) and without the deferred start state
-(r4's output waits for its scan). ``tools/sass.py`` (sm_90): 128 registers; 56 bytes spilled for decay (52 since
-288562f; the 8 x 4 walk with its counts; none for plain, nor in the 4 x 4 tiling).
+starts. One grid now holds both: ``nwalk`` walker blocks and every chunk's output block, each chunk's as soon as
+the walk has stored S_c. Who does what comes from a ticket (an atomic counter that a block reads when it starts),
+not from the block index, so every walker is running before any output block can wait for it: no deadlock
+whatever order the hardware starts blocks in. Walkers count, per chunk, the value tiles of S_c stored (since
+288562f one ``red.release.gpu`` by thread 0, a chunk late; every thread's ``threadfence`` then an atomic add before,
+below); an output block's thread 0 reads its chunk's count by ``ld.acquire.gpu`` (``nanosleep`` between looks)
+before the block copies S_c. The output is the same bit for bit. It runs where the two kernels' blocks are the same
+size (256 threads: C = 64, K' = 128, in either tiling) and without the deferred start state (r4's output waits for
+its scan). ``tools/sass.py`` (sm_90): 128 registers; 56 bytes spilled for decay (52 since 288562f; the 8 x 4 walk
+with its counts; none for plain, nor in the 4 x 4 tiling).
 
 H200 at B4 T8192 H16 K=V=128, per kernel, oracle-checked (``figures/data/probes/h200_tune_r3_overlap_b02343f.json``,
 ``h200_tune_r3_overlap_plain_f0ac321.json``):
@@ -519,6 +518,24 @@ base / head in one device call (``figures/data/probes/h200_tune_r3_scores_*_edce
 against the oracle 5.7e-7 -> 4.6e-7 (decay), 3.3e-6 (plain). At the GPU tier's shapes and the sanitizer's (T = 1,
 T = 777 and 300, K = 64 and 100, V = 40 to 128) r3's decay and plain output and final state match the oracle
 within 1.4e-6 (``probes/h200_oracle_shared_additive_edce086.txt``).
+
+Then the blocks' roles, tried and not kept. An H100 profile of the overlapped launch at 2fa709f (standard shape;
+``figures/data/probes/h100_ncu_src_r3_overlap_2fa709f_{1,3}.csv.gz``, decay and plain, the sections in
+``h100_ncu_r3_overlap_2fa709f.csv``): 956 / 926 M warp instructions, 74 / 76 % of them FFMA, no eligible warp in
+31.5 / 30.9 % of the schedulers' cycles; the walk's warps held 33.6 % of the decay launch's stall samples, and the
+barrier after the ticket 3.3 % (plain too): an output block's 8 warps idle at its start while thread 0 took the
+ticket and divided. The change (be4cd4c, reverted by the commit after c354713): roles by block index on a grid (H,
+B, value tiles + chunks), so an output block knows its chunk without an atomic, a division or a barrier;
+deadlock-free by claims (each walker claimed once, by compare-and-swap, by its own block or by an output block that
+would otherwise wait while some walker is unclaimed, which then walks it and leaves its chunk in the claim for the
+walker's block). It passed the simulator's tests (blocks last to first: output blocks claimed every walker) and the
+tuner's oracle check on the GPU, and was slower: on an H100, base then head in one device call
+(``h100_tune_r3_claims_{base1,head1}_c354713.json``), the overlapped launch took 1.350 -> 1.422 ms (decay) and 1.295
+-> 1.359 (plain), p10-p90 ranges apart; ptxas spilled 44 bytes (chunk and head, now from the block index, kept
+through the output). Why it lost was not measured (the session's device time ran out). One guess: with roles by
+index the walkers are the first blocks the hardware places, maybe two to an SM where tickets follow the order blocks
+start in; ``tools/placement_probe.py`` (written, not yet run) counts the SMs that would hold two walkers under
+either order.
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule
@@ -2537,7 +2554,7 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
         none = cuda.local.array(1, types.int32)  # no flags: S_c is there (never touched)
         H = q.shape[2]
         body(cuda.shared.array(0, float32), q, k, v, bcum, hs, o, scale, x, lg, cuda.blockIdx.x,
-             cuda.blockIdx.y // H, cuda.blockIdx.y % H, none, 0, 0)
+             cuda.blockIdx.y // H, cuda.blockIdx.y % H, none, 0)
 
     if config.ENABLE_CUDASIM:
         return cuda.jit(out)
@@ -2545,10 +2562,10 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
 
 
 @functools.lru_cache(maxsize=None)
-def _out_body(C, KP, has_g, has_x, products, pad, wait, slot=0):
+def _out_body(C, KP, has_g, has_x, products, pad, wait):
     """The split schedule's output (a device function, ``body(sm, q, k, v, bcum, hs, o, scale, x, lg, c, b, h, flags,
-    ntiles, nwalk) -> -1`` for chunk c of head (b, h); :func:`_out_pipeline` and :func:`_overlap_kernel` run it), one
-    chunk of one head per block (fla's ``chunk_fwd_o``), its copies
+    ntiles)`` for chunk c of head (b, h); :func:`_out_pipeline` and :func:`_overlap_kernel` run it), one chunk of one
+    head per block (fla's ``chunk_fwd_o``), its copies
     overlapped with its products: ``O = scale (diag(gamma) Q S_c + Aqk V)`` with S_c the chunk's starting state,
     written by the state kernel (``store``) to ``hs``. The copies, slabs, buffers and barriers are here; the
     products are ``products`` = (setup, state, gate, value, store), inline device functions on a thread's 32
@@ -2586,10 +2603,7 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, slot=0):
     issued, thread 0 waits until ``flags[1 + bh NC + c]`` counts ``ntiles`` (every value tile of S_c stored by the
     walk), reading it by ``ld.acquire.gpu`` (:func:`linattn_numba.vec.ld_acquire`) while the copies are in flight;
     the barrier that publishes K's and Q's rows then hands its view to the block, and only then is S_c's first slab
-    copied. A block waits only once every walker is running (``flags[0]``, the walkers claimed, counts ``nwalk``):
-    until then thread 0 claims a walker that no block has started (:func:`_take_walker`), leaving it this chunk,
-    and the body returns the walker's index j (value tile j mod ntiles of head j // ntiles) for the block to walk
-    instead; the int32 at ``slot`` in shared memory hands j from thread 0 to the block."""
+    copied."""
     C4 = C // 4
     NTH = C4 * C4
     KS, CS = KP + 4, C + 4
@@ -2624,9 +2638,8 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, slot=0):
             sv = (s - NSS) * SR
             cp_val(sm, off, SW, v, b, h, t0 + sv, n - sv, V, col, tid)
 
-    def out(sm, q, k, v, bcum, hs, o, scale, x, lg, c, b, h, flags, ntiles, nwalk):
-        """Chunk c of head (b, h): o[b, t0 + t, h, :V] for the chunk's rows t < n; -1, or (``wait``) a walker
-        that this block must run instead (its chunk then left to that walker's block)."""
+    def out(sm, q, k, v, bcum, hs, o, scale, x, lg, c, b, h, flags, ntiles):
+        """Chunk c of head (b, h): o[b, t0 + t, h, :V] for the chunk's rows t < n."""
         T, H, K = q.shape[1], q.shape[2], q.shape[3]
         V = v.shape[3]
         bh = b * H + h
@@ -2641,27 +2654,11 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, slot=0):
         cp_async_commit()
         if wait:
             if tid == 0:  # S_c's count, read while K's and Q's rows are on their way
-                NC = (T + C - 1) // C
-                fi = 1 + bh * NC + c
-                took = -1
-                looks = 0
+                fi = 1 + bh * ((T + C - 1) // C) + c
                 while ld_acquire(flags, fi) < ntiles:  # acquire: nothing this block reads later can pass it
-                    # never wait for a walker that no block runs: take one (the first looks leave the walker blocks,
-                    # started before this one, the time to take their own)
-                    if looks >= OVERLAP_TAKE_LOOKS and ld_acquire(flags, 0) < nwalk:
-                        took = _take_walker(flags, 1 + q.shape[0] * H * NC, nwalk, c * q.shape[0] * H + bh)
-                        if took >= 0:
-                            break
-                    looks += 1
                     _backoff()
-                smi = cuda.shared.array(0, types.int32)  # the same bytes as sm
-                smi[slot] = took
             cp_async_wait_all()
             cuda.syncthreads()  # K's and Q's rows and b in place; S_c is there (thread 0 saw the walk's releases)
-            smi = cuda.shared.array(0, types.int32)
-            took = smi[slot]
-            if took >= 0:  # a walker instead (this block's copies have landed: the walk may overwrite them)
-                return took
         issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[0], COL0[0], buf(0), tid)  # slab 0 into X0: lands during the scores
         cp_async_commit()
         if not wait:
@@ -2719,7 +2716,6 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, slot=0):
             col = col1
             col3 = col3 if s3 < NSP - 1 else col3 + CBW
             s3 = s3 + 1 if s3 < NSP - 1 else 0
-        return -1
 
     return cuda.jit(device=True, inline="always")(out)
 
@@ -2734,18 +2730,13 @@ def _out_kernel(C, KP, has_g, has_x=False):
 # The state walk and the output kernel at once (OVERLAP): one launch, two roles
 OVERLAP = True  # the split schedule's default: _overlap_kernel where it runs (read at launch; tune_r3.py --vary)
 OVERLAP_SLEEP_NS = 200  # a waiting output block's thread 0 sleeps this long between two looks at its count
-# looks at its count before a waiting output block's thread 0 may take a walker that no block has started (the
-# simulator runs one block after another: there the first look that fails takes one, or it would wait forever)
-OVERLAP_TAKE_LOOKS = 0 if config.ENABLE_CUDASIM else 16
-WALKER_OWN = 1  # a walker's claim by its own block; an output block's claim is JOB0 + its chunk's job, c B H + b H + h
-JOB0 = 2
 
 if config.ENABLE_CUDASIM:
     @cuda.jit(device=True)
     def _backoff():
-        """The simulator runs blocks one after another: a block waits only once every walker has been taken, and
-        a walker taken by a block has finished when that block comes back to its chunk, so nobody ever waits
-        there; a block that does would wait forever, and this says so at once instead."""
+        """The simulator runs blocks one after another: with roles by ticket every walker has finished before an
+        output block starts, so nobody ever waits there; a block that does would wait forever (roles given by
+        block index, say, under another block order), and this says so at once instead."""
         raise RuntimeError("an output block waits for a walker that has not run: in the simulator (one block "
                            "after another) it would wait forever")
 else:
@@ -2753,19 +2744,6 @@ else:
     def _backoff():
         """``nanosleep``: a waiting warp leaves the issue slots to the walkers on its SM."""
         cuda.nanosleep(OVERLAP_SLEEP_NS)
-
-
-@cuda.jit(device=True, inline="always")
-def _take_walker(flags, base, nwalk, job):
-    """An output block's thread 0, before it waits: claim the first walker j < nwalk whose claim ``flags[base + j]``
-    is still 0, leaving it the block's own job (``JOB0 + job``: the walker's block, when it starts, computes that
-    chunk instead), count it in ``flags[0]`` and return j; -1 if every walker is claimed. Rare (on the GPU the
-    walkers' blocks come first): a scan of atomics."""
-    for j in range(nwalk):
-        if cuda.atomic.cas(flags, base + j, 0, JOB0 + job) == 0:
-            cuda.atomic.add(flags, 0, 1)
-            return j
-    return -1
 
 
 @cuda.jit
@@ -2792,85 +2770,62 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
     of one grid of ``nwalk + NC B H`` blocks of 256 threads (launch bounds (256, 2): two per SM, whatever their roles),
     and an output block of chunk c waits only for S_c, not for the whole walk.
 
-    Roles by block index, walkers first: the grid is (H, B, ntiles + NC); block (h, b, z) walks value tile z of
-    head b H + h where z < ntiles (:func:`_split_state_body` with ``signal``), else computes chunk z - ntiles of that
-    head (:func:`_out_body` with ``wait``): chunk-major, the order the walk makes them ready, and no division (grids
-    start their blocks in index order in practice). Nothing guarantees that order, so no block waits for a walker
-    that has not started. A walker is *claimed* once, ``flags[1 + B H NC + j]`` set from 0 by an atomic
-    compare-and-swap (j = (b H + h) ntiles + z; ``flags[0]`` counts the claims): by its own block when it starts
-    (:data:`WALKER_OWN`), or by an output block whose chunk is not ready while some walker is still unclaimed
-    (:func:`_take_walker`). That block walks it instead of computing its chunk, and leaves the chunk in the claim
-    (:data:`JOB0` + its job): the walker's block, when it starts, computes that chunk (and may in turn hand it on).
-    Every block runs one role, and an output block waits only while every walker runs on a block that never waits,
-    whatever order the hardware starts blocks in: no deadlock (with roles by index alone, output blocks started
-    first could fill the GPU and wait forever for walkers that cannot start). The simulator checks it with its
-    blocks run last to first (``tests/test_r3_shared.py::test_overlap_any_block_order``: there output blocks claim
-    every walker, and a block that would have to wait raises at once: :func:`_backoff`).
+    Roles by ticket, not by block index: thread 0 of each block takes the next number from ``flags[0]`` (an atomic
+    add) when the block starts. Tickets below ``nwalk`` walk (value tile t mod ntiles of head t // ntiles,
+    :func:`_split_state_body` with ``signal``), the rest compute chunk u // (B H) of head u mod (B H) (u = t -
+    nwalk; chunk-major, the order the walk makes them ready; :func:`_out_body` with ``wait``). A block holds a
+    ticket only once it runs, so every walker is resident before any output block can wait on it, whatever order
+    the hardware starts blocks in: no deadlock (by block index, output blocks started first could fill the GPU and
+    wait forever for walkers that cannot start). The walkers never wait on output blocks. The simulator checks it
+    with its blocks run last to first (``tests/test_r3_shared.py::test_overlap_any_block_order``; there a block that
+    would have to wait raises at once: :func:`_backoff`).
 
-    Until 2fa709f roles came from a ticket: thread 0 of every block took the next number from an atomic counter
-    and worked out an output block's chunk and head (two divisions), while the block waited at a barrier. In the
-    H100 profile of the decay launch at the standard shape (``figures/data/probes/h100_ncu_src_r3_overlap_2fa709f
-    _decay.csv.gz``) that barrier held 3.3 % of all warp samples: each output block's 8 warps idle at its start
-    while the other block on its SM issued alone.
-
-    Shared memory: the larger of the two layouts, and two ints past it (``out_floats``: the output layout's floats;
-    r6's pads its slabs): a walker's claim as its block read it, and the walker an output block claimed. The same
-    results as the two kernels, bit for bit: the same products in the same order."""
+    Shared memory: the larger of the two layouts, and four ints past it (``out_floats``: the output layout's
+    floats; r6's pads its slabs): the ticket, and for an output block its chunk and head (b, h), which thread 0
+    works out once (two 64-bit divisions by values known only at run time, ~100 instructions that every warp ran
+    when each worked them out). The same results as the two kernels, bit for bit: the same products in
+    the same order."""
     NTH = split_state_threads(KP, BV, rows)
     if NTH != (C // 4) ** 2:
         raise ValueError(f"rung {NAME!r}: the overlapped kernel needs the walk's {NTH} threads per block to be the "
                          f"output's {(C // 4) ** 2}")
-    SLOT = max(_split_state_layout(C, KP, BV)[-1], out_floats)  # two ints past both roles' arrays
     walk = _split_state_body(C, KP, BV, has_g, has_h0, has_ht, False, rows, True)
-    out = _out_body(C, KP, has_g, False, products, pad, True, SLOT + 1)
+    out = _out_body(C, KP, has_g, False, products, pad, True)
+    SLOT = max(_split_state_layout(C, KP, BV)[-1], out_floats)  # the ticket and its map, past both roles' arrays
 
     def overlap(q, k, v, bcum, h0, ht, hs, o, scale, flags, nwalk, ntiles):
-        """Block (h, b, z): value tile z of head b H + h walks (z < ntiles), unless an output block claimed that
-        walker first (then the chunk it left there); else the output of chunk z - ntiles of that head, unless it
-        had to claim a walker (then that walk)."""
+        """Block with ticket t: value tile t mod ntiles of head t // ntiles walks (t < nwalk), else the output of
+        chunk u // (B H) of head u mod (B H), u = t - nwalk."""
         sm = cuda.shared.array(0, float32)
         smi = cuda.shared.array(0, types.int32)  # the same bytes (dynamic shared arrays all start at one address)
-        H = q.shape[2]
-        z = cuda.blockIdx.z
-        c = z - ntiles
-        b = cuda.blockIdx.y
-        h = cuda.blockIdx.x
-        j = -1  # the walker this block runs
-        if z < ntiles:
-            if cuda.threadIdx.x == 0:
-                NC = (q.shape[1] + C - 1) // C
-                old = cuda.atomic.cas(flags, 1 + q.shape[0] * H * NC + (b * H + h) * ntiles + z, 0, WALKER_OWN)
-                if old == 0:
-                    cuda.atomic.add(flags, 0, 1)
-                smi[SLOT] = old
-            cuda.syncthreads()  # the claim, for every thread
-            old = smi[SLOT]
-            if old == 0:
-                j = (b * H + h) * ntiles + z
-            else:  # an output block runs this walker: its chunk here instead (divisions: rare)
+        if cuda.threadIdx.x == 0:
+            t = cuda.atomic.add(flags, 0, 1)
+            smi[SLOT] = t
+            if t >= nwalk:  # an output block's chunk and head, by one thread (divisions: ~100 instructions a warp)
+                H = q.shape[2]
+                u = t - nwalk
                 BH = q.shape[0] * H
-                job = old - JOB0
-                c = job // BH
-                bh = job - c * BH
-                b = bh // H
-                h = bh - b * H
-        if j < 0:
-            j = out(sm, q, k, v, bcum, hs, o, scale, h0, bcum, c, b, h, flags, ntiles, nwalk)
-            if j < 0:
-                return
-        walk(sm, k, v, bcum, h0, ht, hs, bcum, j % ntiles, j // ntiles, flags)
+                c = u // BH
+                bh = u - c * BH
+                smi[SLOT + 1] = c
+                smi[SLOT + 2] = bh // H
+                smi[SLOT + 3] = bh % H
+        cuda.syncthreads()  # the ticket (and an output block's map), for every thread
+        t = smi[SLOT]
+        if t < nwalk:
+            walk(sm, k, v, bcum, h0, ht, hs, bcum, t % ntiles, t // ntiles, flags)
+        else:
+            out(sm, q, k, v, bcum, hs, o, scale, h0, bcum, smi[SLOT + 1], smi[SLOT + 2], smi[SLOT + 3], flags,
+                ntiles)
 
     if config.ENABLE_CUDASIM:
         return cuda.jit(overlap)
     return cuda.jit(overlap, launch_bounds=(NTH, INTRA_MIN_BLOCKS))
 
 
-OVERLAP_MAX_Z = 65535  # a grid's third dimension: walkers' value tiles plus chunks (T up to ~4M tokens at C = 64)
-
-
 def overlap_bytes(C, KP, BV, out_floats):
-    """Dynamic shared memory of :func:`_overlap_kernel`: the larger layout and two ints (a claim, a walker)."""
-    return (max(_split_state_layout(C, KP, BV)[-1], out_floats) + 2) * np.dtype(np.float32).itemsize
+    """Dynamic shared memory of :func:`_overlap_kernel`: the larger layout, the ticket and an output block's map."""
+    return (max(_split_state_layout(C, KP, BV)[-1], out_floats) + 4) * np.dtype(np.float32).itemsize
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -3063,15 +3018,14 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     else:
         parts = getattr(out_kernel, "parts", lambda C_, KP_: None)(C, KP)
     overlap = (OVERLAP and STATE_KERNEL == "pipelined" and not has_x and parts is not None
-               and nth_s == (C // 4) ** 2 and cdiv(V, BV) + NC <= OVERLAP_MAX_Z and B <= OVERLAP_MAX_Z)
-    # (both roles in one launch: _overlap_kernel, its grid (H, B, value tiles + chunks))
+               and nth_s == (C // 4) ** 2)  # both roles in one launch (_overlap_kernel)
     if has_g and not overlap:
         todo.append(("gates", lambda: _gates_launch(g, bcum, C, stream)))
     if overlap:
         products, pad, out_floats = parts
         kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats)
+        flags = _flags(1 + BH * NC, stream)
         nwalk = cdiv(V, BV) * BH
-        flags = _flags(1 + BH * NC + nwalk, stream)  # the claims' count, every chunk's count, every walker's claim
         args_v = (q, k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags, np.int32(nwalk),
                   np.int32(cdiv(V, BV)))
         smem_v = overlap_bytes(C, KP, BV, out_floats)
@@ -3082,8 +3036,8 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
             if has_g:
                 _gates_launch(g, bcum, C, stream, flags)
             else:
-                _launch(_zero_flags, cdiv(flags.shape[0], 256), 256, 0, stream, (flags,))
-            _launch(kern_v, (H, B, cdiv(V, BV) + NC), nth_s, smem_v, stream, args_v)
+                _launch(_zero_flags, cdiv(1 + BH * NC, 256), 256, 0, stream, (flags,))
+            _launch(kern_v, nwalk + NC * BH, nth_s, smem_v, stream, args_v)
 
         todo.append(("overlap", overlapped))
         return todo
