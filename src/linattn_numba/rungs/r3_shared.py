@@ -524,18 +524,18 @@ Then the blocks' roles, tried and not kept. An H100 profile of the overlapped la
 ``h100_ncu_r3_overlap_2fa709f.csv``): 956 / 926 M warp instructions, 74 / 76 % of them FFMA, no eligible warp in
 31.5 / 30.9 % of the schedulers' cycles; the walk's warps held 33.6 % of the decay launch's stall samples, and the
 barrier after the ticket 3.3 % (plain too): an output block's 8 warps idle at its start while thread 0 took the
-ticket and divided. The change (be4cd4c, reverted by the commit after c354713): roles by block index on a grid (H,
-B, value tiles + chunks), so an output block knows its chunk without an atomic, a division or a barrier;
+ticket and divided. The change (be4cd4c, reverted by the commit after c354713): roles by block index on a grid
+(H, B, value tiles + chunks), so that an output block knows its chunk without an atomic, a division or a barrier;
 deadlock-free by claims (each walker claimed once, by compare-and-swap, by its own block or by an output block that
 would otherwise wait while some walker is unclaimed, which then walks it and leaves its chunk in the claim for the
 walker's block). It passed the simulator's tests (blocks last to first: output blocks claimed every walker) and the
 tuner's oracle check on the GPU, and was slower: on an H100, base then head in one device call
-(``h100_tune_r3_claims_{base1,head1}_c354713.json``), the overlapped launch took 1.350 -> 1.422 ms (decay) and 1.295
--> 1.359 (plain), p10-p90 ranges apart; ptxas spilled 44 bytes (chunk and head, now from the block index, kept
-through the output). Why it lost was not measured (the session's device time ran out). One guess: with roles by
-index the walkers are the first blocks the hardware places, maybe two to an SM where tickets follow the order blocks
-start in; ``tools/placement_probe.py`` (written, not yet run) counts the SMs that would hold two walkers under
-either order.
+(``h100_tune_r3_claims_{base1,head1}_c354713.json``), the overlapped launch took 1.350 -> 1.422 ms (decay) and
+1.295 -> 1.359 (plain), p10-p90 ranges apart; ptxas spilled 44 bytes (chunk and head, now from the block index,
+kept through the output). Why it lost was not measured (the session's device time ran out). One guess: with roles
+by index the walkers are the first blocks the hardware places, maybe two to an SM, where tickets follow the order
+blocks start in; ``tools/placement_probe.py`` (written, not yet run) counts the SMs that would hold two walkers
+under either order.
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule
