@@ -1,8 +1,9 @@
 """Where a grid's first blocks land: the SM of every block (``%smid``) of a grid shaped like r3's overlapped launch at
 the standard shape (B4 H16, 2 value tiles + 128 chunks, 256 threads, ~101.6 KB of shared memory: two blocks per SM),
-with its block-start order (an atomic ticket, as the launch took its roles until 2fa709f). It answers one question:
-if the first ``nwalk`` blocks *by index* walk, how many SMs get two walkers, against the first ``nwalk`` *tickets*
-(what the ticket scheme gave the walk)? Two walkers on an SM share its issue slots, and leave another SM without one.
+with its block-start order (an atomic ticket, as the launch takes its roles: ``r3._overlap_kernel``). It answers one
+question, left open by the roles-by-block-index attempt in r3's docstring (slower on an H100): if the first ``nwalk``
+blocks *by index* walked, how many SMs would get two walkers, against the first ``nwalk`` *tickets* (what the walk
+gets now)? Two walkers on an SM share its issue slots, and leave another SM without one.
 
     python3 tools/placement_probe.py [--grid 16,4,130] [--nwalk 128] [--smem 104100] [--spin-us 20] [--out FILE]
 
