@@ -154,7 +154,7 @@ sys.path.insert(0, "tools")
 from numba import cuda, types
 import placement_probe as pp
 
-sig = (types.int32[::1], types.int32[::1], types.int32[::1], types.int64[::1], types.int64)
+sig = (types.int32[::1], types.int32[::1], types.int32[::1], types.int64)
 ptx, _ = cuda.compile_ptx(pp._probe.py_func, sig, cc=(9, 0))
 for s in ("%smid", "%globaltimer", "atom.global.add"):
     print(s, ptx.count(s))

@@ -22,41 +22,36 @@ from numba import cuda, types
 from numba.cuda.extending import intrinsic
 
 
-@intrinsic
-def _smid(typingctx):
-    """``%smid``: the SM this thread runs on."""
-    sig = types.int32()
+def _special_register(reg, bits, doc):
+    """An intrinsic reading the PTX special register ``reg`` (``bits`` wide) into an integer."""
+    ty = types.int32 if bits == 32 else types.int64
 
-    def codegen(context, builder, sig, args):
-        return builder.call(ir.InlineAsm(ir.FunctionType(ir.IntType(32), []), "mov.u32 $0, %smid;", "=r",
-                                         side_effect=True), [])
+    def fn(typingctx):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.IntType(bits), []), f"mov.u{bits} $0, {reg};",
+                               "=r" if bits == 32 else "=l", side_effect=True)
+            return builder.call(asm, [])
 
-    return sig, codegen
+        return ty(), codegen
+
+    fn.__doc__ = doc
+    return intrinsic(fn)
 
 
-@intrinsic
-def _globaltimer(typingctx):
-    """``%globaltimer`` (ns): when this block started."""
-    sig = types.int64()
-
-    def codegen(context, builder, sig, args):
-        return builder.call(ir.InlineAsm(ir.FunctionType(ir.IntType(64), []), "mov.u64 $0, %globaltimer;", "=l",
-                                         side_effect=True), [])
-
-    return sig, codegen
+_smid = _special_register("%smid", 32, "``%smid``: the SM this thread runs on.")
+_globaltimer = _special_register("%globaltimer", 64, "``%globaltimer`` (ns), to keep a block resident a while.")
 
 
 @cuda.jit
-def _probe(counter, sm_of, ticket_of, start_of, spin_ns):
-    """Block (x, y, z), linear index i = x + gx (y + gy z): its SM, its ticket, its start; then it stays resident
-    ``spin_ns`` so that the first wave's placement is what later blocks find taken."""
+def _probe(counter, sm_of, ticket_of, spin_ns):
+    """Block (x, y, z), linear index i = x + gx (y + gy z): its SM and its ticket (the order blocks started in);
+    then it stays resident ``spin_ns`` so that the first wave's placement is what later blocks find taken."""
     i = cuda.blockIdx.x + cuda.gridDim.x * (cuda.blockIdx.y + cuda.gridDim.y * cuda.blockIdx.z)
     sm = cuda.shared.array(0, types.int32)
     if cuda.threadIdx.x == 0:
         t0 = _globaltimer()
         sm_of[i] = _smid()
         ticket_of[i] = cuda.atomic.add(counter, 0, 1)
-        start_of[i] = t0
         sm[0] = 0
         while _globaltimer() - t0 < spin_ns:
             sm[0] += 1
@@ -72,17 +67,16 @@ def main(argv=None):
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
     from linattn_numba._common import launch_dynamic
+    from linattn_numba.bench import device_info
 
     grid = tuple(int(x) for x in args.grid.split(","))
     n = int(np.prod(grid))
     counter = cuda.to_device(np.zeros(1, np.int32))
     sm_of, ticket_of = cuda.device_array(n, np.int32), cuda.device_array(n, np.int32)
-    start_of = cuda.device_array(n, np.int64)
-    launch_dynamic(_probe, grid, 256, args.smem, 0, (counter, sm_of, ticket_of, start_of, int(args.spin_us * 1e3)))
+    launch_dynamic(_probe, grid, 256, args.smem, 0, (counter, sm_of, ticket_of, int(args.spin_us * 1e3)))
     cuda.synchronize()
     sm, ticket = sm_of.copy_to_host(), ticket_of.copy_to_host()
-    res = {"grid": grid, "nwalk": args.nwalk, "smem": args.smem, "device": cuda.get_current_device().name.decode()
-           if isinstance(cuda.get_current_device().name, bytes) else str(cuda.get_current_device().name)}
+    res = {"grid": grid, "nwalk": args.nwalk, "smem": args.smem, "device": device_info()}
     for name, walkers in (("by index", np.arange(args.nwalk)), ("by ticket", np.argsort(ticket)[:args.nwalk])):
         per_sm = collections.Counter(sm[walkers].tolist())
         res[name] = {"sms_with_walkers": len(per_sm), "sms_with_two": sum(1 for c in per_sm.values() if c >= 2)}
