@@ -614,7 +614,7 @@ import numpy as np
 from numba import config, cuda, float32, types
 
 from .._common import (FLAG_COMBOS, INPUT_DTYPES, SMEM_MAX, array_type, cdiv, launch_dynamic, or_dummy,
-                       rows_aligned, scratch, scratch_key)
+                       rows_aligned, scratch, scratch_key, sm_count)
 from .._common import SMEM_STATIC_LIMIT  # noqa: F401 - r3's name for the 48 KB limit (notebook r3_shared reads it)
 from ..reference import RECURRENCES
 
@@ -643,7 +643,7 @@ BV_DEFAULT = 64
 
 # 128-bit loads and stores (moved to linattn_numba.vec so r1's decode step can use them too)
 from ..vec import (cp_async16_at, cp_async_commit, cp_async_wait_all, cp_async_wait_one, ld1, ld4,  # noqa: E402
-                   exp_approx, ld1_at, ld_acquire, prefetch_l2, red_release_add, st1, st4, st4_at)
+                   exp_approx, ld1_at, ld_acquire, prefetch_l2, red_release_add, smid, st1, st4, st4_at)
 
 
 @cuda.jit(device=True, inline="always")
@@ -2554,7 +2554,7 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
         none = cuda.local.array(1, types.int32)  # no flags: S_c is there (never touched)
         H = q.shape[2]
         body(cuda.shared.array(0, float32), q, k, v, bcum, hs, o, scale, x, lg, cuda.blockIdx.x,
-             cuda.blockIdx.y // H, cuda.blockIdx.y % H, none, 0)
+             cuda.blockIdx.y // H, cuda.blockIdx.y % H, none, 0, 0)
 
     if config.ENABLE_CUDASIM:
         return cuda.jit(out)
@@ -2562,10 +2562,10 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
 
 
 @functools.lru_cache(maxsize=None)
-def _out_body(C, KP, has_g, has_x, products, pad, wait):
+def _out_body(C, KP, has_g, has_x, products, pad, wait, take=-1):
     """The split schedule's output (a device function, ``body(sm, q, k, v, bcum, hs, o, scale, x, lg, c, b, h, flags,
-    ntiles)`` for chunk c of head (b, h); :func:`_out_pipeline` and :func:`_overlap_kernel` run it), one chunk of one
-    head per block (fla's ``chunk_fwd_o``), its copies
+    ntiles, nwalk) -> -1`` for chunk c of head (b, h); :func:`_out_pipeline` and :func:`_overlap_kernel` run it), one
+    chunk of one head per block (fla's ``chunk_fwd_o``), its copies
     overlapped with its products: ``O = scale (diag(gamma) Q S_c + Aqk V)`` with S_c the chunk's starting state,
     written by the state kernel (``store``) to ``hs``. The copies, slabs, buffers and barriers are here; the
     products are ``products`` = (setup, state, gate, value, store), inline device functions on a thread's 32
@@ -2603,7 +2603,11 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
     issued, thread 0 waits until ``flags[1 + bh NC + c]`` counts ``ntiles`` (every value tile of S_c stored by the
     walk), reading it by ``ld.acquire.gpu`` (:func:`linattn_numba.vec.ld_acquire`) while the copies are in flight;
     the barrier that publishes K's and Q's rows then hands its view to the block, and only then is S_c's first slab
-    copied."""
+    copied. With ``take`` (>= 0: an int32 slot in shared memory; :data:`OVERLAP_PLACE` "pairs") a block whose chunk
+    is not ready while some of the ``nwalk`` walkers has not been taken (``flags[1 + B H NC]`` counts those taken)
+    takes one instead of waiting, and the body returns its index j (value tile j mod ntiles of head j // ntiles)
+    before any product, for the block to walk it and then come back to this chunk; the slot hands j from thread 0
+    to the block."""
     C4 = C // 4
     NTH = C4 * C4
     KS, CS = KP + 4, C + 4
@@ -2638,8 +2642,9 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
             sv = (s - NSS) * SR
             cp_val(sm, off, SW, v, b, h, t0 + sv, n - sv, V, col, tid)
 
-    def out(sm, q, k, v, bcum, hs, o, scale, x, lg, c, b, h, flags, ntiles):
-        """Chunk c of head (b, h): o[b, t0 + t, h, :V] for the chunk's rows t < n."""
+    def out(sm, q, k, v, bcum, hs, o, scale, x, lg, c, b, h, flags, ntiles, nwalk):
+        """Chunk c of head (b, h): o[b, t0 + t, h, :V] for the chunk's rows t < n, and -1; or (``take``) the walker
+        that this block takes instead of waiting, its chunk not computed."""
         T, H, K = q.shape[1], q.shape[2], q.shape[3]
         V = v.shape[3]
         bh = b * H + h
@@ -2654,11 +2659,30 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
         cp_async_commit()
         if wait:
             if tid == 0:  # S_c's count, read while K's and Q's rows are on their way
-                fi = 1 + bh * ((T + C - 1) // C) + c
+                NC = (T + C - 1) // C
+                fi = 1 + bh * NC + c
+                took = -1
+                looks = 0
                 while ld_acquire(flags, fi) < ntiles:  # acquire: nothing this block reads later can pass it
+                    if take >= 0 and looks >= OVERLAP_TAKE_LOOKS:  # never wait for a walker that nobody runs
+                        wc = 1 + q.shape[0] * H * NC
+                        if ld_acquire(flags, wc) < nwalk:
+                            j = cuda.atomic.add(flags, wc, 1)
+                            if j < nwalk:
+                                took = j
+                                break
+                    looks += 1
                     _backoff()
+                if take >= 0:
+                    smi = cuda.shared.array(0, types.int32)  # the same bytes as sm
+                    smi[take] = took
             cp_async_wait_all()
             cuda.syncthreads()  # K's and Q's rows and b in place; S_c is there (thread 0 saw the walk's releases)
+            if take >= 0:
+                smi = cuda.shared.array(0, types.int32)
+                took = smi[take]
+                if took >= 0:  # a walker instead (the copies have landed: the walk may overwrite them)
+                    return took
         issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[0], COL0[0], buf(0), tid)  # slab 0 into X0: lands during the scores
         cp_async_commit()
         if not wait:
@@ -2716,6 +2740,7 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
             col = col1
             col3 = col3 if s3 < NSP - 1 else col3 + CBW
             s3 = s3 + 1 if s3 < NSP - 1 else 0
+        return -1
 
     return cuda.jit(device=True, inline="always")(out)
 
@@ -2730,6 +2755,11 @@ def _out_kernel(C, KP, has_g, has_x=False):
 # The state walk and the output kernel at once (OVERLAP): one launch, two roles
 OVERLAP = True  # the split schedule's default: _overlap_kernel where it runs (read at launch; tune_r3.py --vary)
 OVERLAP_SLEEP_NS = 200  # a waiting output block's thread 0 sleeps this long between two looks at its count
+OVERLAP_PLACES = ("ticket", "pairs")
+OVERLAP_PLACE = "ticket"  # which blocks walk (read at launch; _overlap_kernel says how and why)
+# looks at its count before a waiting output block's thread 0 may take a walker that no block has taken ("pairs";
+# the simulator runs one block after another: there the first look that fails takes one, or it would wait forever)
+OVERLAP_TAKE_LOOKS = 0 if config.ENABLE_CUDASIM else 16
 
 if config.ENABLE_CUDASIM:
     @cuda.jit(device=True)
@@ -2746,6 +2776,16 @@ else:
         cuda.nanosleep(OVERLAP_SLEEP_NS)
 
 
+if config.ENABLE_CUDASIM:
+    @cuda.jit(device=True)
+    def _block_sm():
+        """The simulator has no SMs: block x stands in for SM x mod 3, so that in a test some blocks find their
+        "SM" hosting walkers and some do not (:data:`OVERLAP_PLACE` "pairs")."""
+        return cuda.blockIdx.x % 3
+else:
+    _block_sm = smid
+
+
 @cuda.jit
 def _zero_flags(flags):
     """flags[:] = 0 (the ticket counter and every chunk's count, before each overlapped launch)."""
@@ -2760,63 +2800,88 @@ def _flags(n, stream):
 
 
 @functools.lru_cache(maxsize=None)
-def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_floats):
+def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_floats, place="ticket"):
     """The split schedule's state walk and its output in one launch (:data:`OVERLAP`), so that the output of the
     chunks already walked is computed while the walk goes on.
 
     Why: at the standard shape the walk is B H V / BV = 128 blocks of 256 threads (:func:`split_tile`) for 132 SMs:
     about one per SM, leaving more than half of its 227 KB of shared memory and half its registers idle for the 0.56 ms
     of the walk; then the output kernel's 8,192 independent blocks (0.89 ms) fill every SM. Here both roles are blocks
-    of one grid of ``nwalk + NC B H`` blocks of 256 threads (launch bounds (256, 2): two per SM, whatever their roles),
-    and an output block of chunk c waits only for S_c, not for the whole walk.
+    of one grid of 256 threads (launch bounds (256, 2): two per SM, whatever their roles), and an output block of
+    chunk c waits only for S_c, not for the whole walk.
 
-    Roles by ticket, not by block index: thread 0 of each block takes the next number from ``flags[0]`` (an atomic
-    add) when the block starts. Tickets below ``nwalk`` walk (value tile t mod ntiles of head t // ntiles,
-    :func:`_split_state_body` with ``signal``), the rest compute chunk u // (B H) of head u mod (B H) (u = t -
-    nwalk; chunk-major, the order the walk makes them ready; :func:`_out_body` with ``wait``). A block holds a
-    ticket only once it runs, so every walker is resident before any output block can wait on it, whatever order
-    the hardware starts blocks in: no deadlock (by block index, output blocks started first could fill the GPU and
-    wait forever for walkers that cannot start). The walkers never wait on output blocks. The simulator checks it
-    with its blocks run last to first (``tests/test_r3_shared.py::test_overlap_any_block_order``; there a block that
-    would have to wait raises at once: :func:`_backoff`).
+    Who walks (``place``, :data:`OVERLAP_PLACE`), in both cases never by block index alone: a block that waits
+    for a walker that no block has started could, with others like it, fill the GPU and wait forever. The walkers
+    never wait on output blocks.
 
-    Shared memory: the larger of the two layouts, and four ints past it (``out_floats``: the output layout's
-    floats; r6's pads its slabs): the ticket, and for an output block its chunk and head (b, h), which thread 0
-    works out once (two 64-bit divisions by values known only at run time, ~100 instructions that every warp ran
-    when each worked them out). The same results as the two kernels, bit for bit: the same products in
-    the same order."""
+    * ``"ticket"``: a grid of ``nwalk + NC B H`` blocks. Thread 0 of each block takes the next number from
+      ``flags[0]`` (an atomic add) when the block starts. Tickets below ``nwalk`` walk (value tile t mod ntiles of
+      head t // ntiles, :func:`_split_state_body` with ``signal``), the rest compute chunk u // (B H) of head u mod
+      (B H) (u = t - nwalk; chunk-major, the order the walk makes them ready; :func:`_out_body` with ``wait``). A
+      block holds a ticket only once it runs, so every walker is resident before any output block can wait on it.
+      Which SMs the walkers land on is then up to the race for the tickets: on an H100 the first 128 tickets of a
+      grid of this shape went to blocks on 87 SMs, 41 of them holding two (``tools/placement_probe.py``,
+      ``figures/data/probes/h100_placement_7e0e0e6.json``).
+    * ``"pairs"``: a grid of ``NC B H`` blocks, each of which computes one chunk's output (its ticket from
+      ``flags[0]``), and walkers two to an SM on the first ``npair`` SMs: a block whose SM (``%smid``,
+      :func:`linattn_numba.vec.smid`) is below ``npair`` first takes a walker from ``flags[1 + B H NC]`` (the two
+      atomics issued together: one round trip), walks it if one is left, then computes its chunk. An output
+      block whose chunk is not ready while walkers are still untaken (those SMs busy or absent) takes one itself
+      (:func:`_out_body`'s ``take``), walks it and comes back to its chunk, so no block waits for a walker that
+      nobody runs, whatever order or SMs the blocks get. Why pairs: see the module docstring's table.
+
+    Shared memory: the larger of the two layouts, and eight ints past it (``out_floats``: the output layout's
+    floats; r6's pads its slabs): the walker a block runs (-1: none), an output block's chunk and head (b, h), which
+    thread 0 works out once (two 64-bit divisions by values known only at run time, ~100 instructions that every
+    warp ran when each worked them out), and the walker that a waiting output block took. The same results as the
+    two kernels, bit for bit: the same products in the same order."""
+    if place not in OVERLAP_PLACES:
+        raise ValueError(f"rung {NAME!r}: OVERLAP_PLACE must be one of {OVERLAP_PLACES}, got {place!r}")
     NTH = split_state_threads(KP, BV, rows)
     if NTH != (C // 4) ** 2:
         raise ValueError(f"rung {NAME!r}: the overlapped kernel needs the walk's {NTH} threads per block to be the "
                          f"output's {(C // 4) ** 2}")
+    pairs = place == "pairs"
+    SLOT = max(_split_state_layout(C, KP, BV)[-1], out_floats)  # the block's roles, past both roles' arrays
     walk = _split_state_body(C, KP, BV, has_g, has_h0, has_ht, False, rows, True)
     out = _out_body(C, KP, has_g, False, products, pad, True)
-    SLOT = max(_split_state_layout(C, KP, BV)[-1], out_floats)  # the ticket and its map, past both roles' arrays
 
-    def overlap(q, k, v, bcum, h0, ht, hs, o, scale, flags, nwalk, ntiles):
-        """Block with ticket t: value tile t mod ntiles of head t // ntiles walks (t < nwalk), else the output of
-        chunk u // (B H) of head u mod (B H), u = t - nwalk."""
+    def overlap(q, k, v, bcum, h0, ht, hs, o, scale, flags, nwalk, ntiles, npair):
+        """"ticket": block with ticket t walks value tile t mod ntiles of head t // ntiles (t < nwalk), else computes
+        the output of chunk u // (B H) of head u mod (B H), u = t - nwalk. "pairs": a block on an SM below ``npair``
+        walks the next walker j left (value tile j mod ntiles of head j // ntiles); any other block computes the
+        output of chunk u // (B H) of head u mod (B H), u its ticket."""
         sm = cuda.shared.array(0, float32)
         smi = cuda.shared.array(0, types.int32)  # the same bytes (dynamic shared arrays all start at one address)
         if cuda.threadIdx.x == 0:
-            t = cuda.atomic.add(flags, 0, 1)
-            smi[SLOT] = t
-            if t >= nwalk:  # an output block's chunk and head, by one thread (divisions: ~100 instructions a warp)
-                H = q.shape[2]
-                u = t - nwalk
-                BH = q.shape[0] * H
+            H = q.shape[2]
+            BH = q.shape[0] * H
+            j = -1
+            if pairs:
+                if _block_sm() < npair:  # an SM that hosts walkers: take one, while any is left
+                    j = cuda.atomic.add(flags, 1 + BH * ((q.shape[1] + C - 1) // C), 1)
+                    if j >= nwalk:
+                        j = -1
+                u = cuda.atomic.add(flags, 0, 1) if j < 0 else -1
+            else:
+                u = cuda.atomic.add(flags, 0, 1)
+                if u < nwalk:
+                    j = u
+                u -= nwalk
+            smi[SLOT] = j
+            if u >= 0:  # an output block's chunk and head, by one thread (divisions: ~100 instructions a warp)
                 c = u // BH
                 bh = u - c * BH
                 smi[SLOT + 1] = c
                 smi[SLOT + 2] = bh // H
                 smi[SLOT + 3] = bh % H
-        cuda.syncthreads()  # the ticket (and an output block's map), for every thread
-        t = smi[SLOT]
-        if t < nwalk:
-            walk(sm, k, v, bcum, h0, ht, hs, bcum, t % ntiles, t // ntiles, flags)
+        cuda.syncthreads()  # the block's role, for every thread
+        j = smi[SLOT]
+        if j >= 0:
+            walk(sm, k, v, bcum, h0, ht, hs, bcum, j % ntiles, j // ntiles, flags)
         else:
             out(sm, q, k, v, bcum, hs, o, scale, h0, bcum, smi[SLOT + 1], smi[SLOT + 2], smi[SLOT + 3], flags,
-                ntiles)
+                ntiles, nwalk)
 
     if config.ENABLE_CUDASIM:
         return cuda.jit(overlap)
@@ -2824,8 +2889,8 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
 
 
 def overlap_bytes(C, KP, BV, out_floats):
-    """Dynamic shared memory of :func:`_overlap_kernel`: the larger layout, the ticket and an output block's map."""
-    return (max(_split_state_layout(C, KP, BV)[-1], out_floats) + 4) * np.dtype(np.float32).itemsize
+    """Dynamic shared memory of :func:`_overlap_kernel`: the larger layout and the block's roles (eight ints)."""
+    return (max(_split_state_layout(C, KP, BV)[-1], out_floats) + 8) * np.dtype(np.float32).itemsize
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -3023,11 +3088,14 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         todo.append(("gates", lambda: _gates_launch(g, bcum, C, stream)))
     if overlap:
         products, pad, out_floats = parts
-        kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats)
-        flags = _flags(1 + BH * NC, stream)
+        kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats,
+                                 OVERLAP_PLACE)
+        flags = _flags(2 + BH * NC, stream)  # the tickets, every chunk's count, the walkers taken ("pairs")
         nwalk = cdiv(V, BV) * BH
+        npair = min(sm_count(), cdiv(nwalk, 2))  # "pairs": the SMs that host walkers, two each
+        nblocks = NC * BH + nwalk
         args_v = (q, k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags, np.int32(nwalk),
-                  np.int32(cdiv(V, BV)))
+                  np.int32(cdiv(V, BV)), np.int32(npair))
         smem_v = overlap_bytes(C, KP, BV, out_floats)
 
         def overlapped():
@@ -3036,8 +3104,8 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
             if has_g:
                 _gates_launch(g, bcum, C, stream, flags)
             else:
-                _launch(_zero_flags, cdiv(1 + BH * NC, 256), 256, 0, stream, (flags,))
-            _launch(kern_v, nwalk + NC * BH, nth_s, smem_v, stream, args_v)
+                _launch(_zero_flags, cdiv(flags.shape[0], 256), 256, 0, stream, (flags,))
+            _launch(kern_v, nblocks, nth_s, smem_v, stream, args_v)
 
         todo.append(("overlap", overlapped))
         return todo
@@ -3194,11 +3262,12 @@ def compile_targets():
                     # ht), 4 x 4 with h0 and ht (the GPU tier's shapes)
                     i1 = types.Array(types.int32, 1, "C")
                     for bv_, rows_, lab, st in ((64, 8, "", False), (32, 4, ",4x4,h0,ht", True)):
-                        yield (f"overlap[{rec}{lab}]",
-                               _overlap_kernel(C, KP, bv_, rows_, has_g, st, st, _out_fma_products(C, KP), 0,
-                                               _out_layout(C, KP)[-1]).py_func,
-                               (x4, x4, x4, s2, a4 if st else s4, a4 if st else s4, s3, a4, f32, i1, types.int32,
-                                types.int32))
+                        for place in ("pairs", "ticket"):  # the default first: what tools/sass.py finds first
+                            yield (f"overlap[{rec}{lab},{place}]",
+                                   _overlap_kernel(C, KP, bv_, rows_, has_g, st, st, _out_fma_products(C, KP), 0,
+                                                   _out_layout(C, KP)[-1], place).py_func,
+                                   (x4, x4, x4, s2, a4 if st else s4, a4 if st else s4, s3, a4, f32, i1, types.int32,
+                                    types.int32, types.int32))
                     yield (f"out[{rec}]", _out_kernel(C, KP, has_g).py_func, (x4, x4, x4, s2, s3, a4, f32, s4, s2))
                     yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True).py_func,
                            (x4, x4, x4, s2, s3, a4, f32, a4, s2))
