@@ -2605,9 +2605,9 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, take=-1):
     the barrier that publishes K's and Q's rows then hands its view to the block, and only then is S_c's first slab
     copied. With ``take`` (>= 0: an int32 slot in shared memory; :data:`OVERLAP_PLACE` "pairs") a block whose chunk
     is not ready while some of the ``nwalk`` walkers has not been taken (``flags[1 + B H NC]`` counts those taken)
-    takes one instead of waiting, and the body returns its index j (value tile j mod ntiles of head j // ntiles)
-    before any product, for the block to walk it and then come back to this chunk; the slot hands j from thread 0
-    to the block."""
+    takes one instead of waiting, hands its chunk back (:func:`_overlap_kernel`) and returns the walker's index j
+    (value tile j mod ntiles of head j // ntiles) before any product, for the block to walk it; the slot hands j
+    from thread 0 to the block."""
     C4 = C // 4
     NTH = C4 * C4
     KS, CS = KP + 4, C + 4
@@ -2665,10 +2665,12 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, take=-1):
                 looks = 0
                 while ld_acquire(flags, fi) < ntiles:  # acquire: nothing this block reads later can pass it
                     if take >= 0 and looks >= OVERLAP_TAKE_LOOKS:  # never wait for a walker that nobody runs
-                        wc = 1 + q.shape[0] * H * NC
-                        if ld_acquire(flags, wc) < nwalk:
+                        wc = 1 + q.shape[0] * H * NC  # the walkers taken, then the chunks handed back (pushed,
+                        if ld_acquire(flags, wc) < nwalk:  # popped, one slot each)
                             j = cuda.atomic.add(flags, wc, 1)
-                            if j < nwalk:
+                            if j < nwalk:  # walk j instead; this chunk goes back for a block that finds none left
+                                p = cuda.atomic.add(flags, wc + 1, 1)
+                                cuda.atomic.exch(flags, wc + 3 + p, 1 + c * q.shape[0] * H + bh)
                                 took = j
                                 break
                     looks += 1
@@ -2844,7 +2846,7 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
     pairs = place == "pairs"
     SLOT = max(_split_state_layout(C, KP, BV)[-1], out_floats)  # the block's roles, past both roles' arrays
     walk = _split_state_body(C, KP, BV, has_g, has_h0, has_ht, False, rows, True)
-    out = _out_body(C, KP, has_g, False, products, pad, True)
+    out = _out_body(C, KP, has_g, False, products, pad, True, SLOT + 4 if pairs else -1)
 
     def overlap(q, k, v, bcum, h0, ht, hs, o, scale, flags, nwalk, ntiles, npair):
         """"ticket": block with ticket t walks value tile t mod ntiles of head t // ntiles (t < nwalk), else computes
@@ -2858,11 +2860,25 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
             BH = q.shape[0] * H
             j = -1
             if pairs:
+                NCBH = BH * ((q.shape[1] + C - 1) // C)
+                wc = 1 + NCBH  # walkers taken; then the chunks handed back: pushed, popped, a slot each
                 if _block_sm() < npair:  # an SM that hosts walkers: take one, while any is left
-                    j = cuda.atomic.add(flags, 1 + BH * ((q.shape[1] + C - 1) // C), 1)
+                    j = cuda.atomic.add(flags, wc, 1)
                     if j >= nwalk:
                         j = -1
-                u = cuda.atomic.add(flags, 0, 1) if j < 0 else -1
+                u = -1
+                if j < 0:
+                    u = cuda.atomic.add(flags, 0, 1)
+                    if u >= NCBH:  # no fresh chunk left: a walker that no SM below npair took, else a chunk
+                        u = -1  # handed back by a block that walked instead of waiting (as many of those blocks as
+                        j = cuda.atomic.add(flags, wc, 1)  # chunks handed back: one each, never waiting long)
+                        if j >= nwalk:
+                            j = -1
+                            r = cuda.atomic.add(flags, wc + 2, 1)
+                            while u < 0:  # its block took a walker first, then pushes: it is running
+                                u = ld_acquire(flags, wc + 3 + r) - 1
+                                if u < 0:
+                                    _backoff()
             else:
                 u = cuda.atomic.add(flags, 0, 1)
                 if u < nwalk:
@@ -2877,11 +2893,11 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
                 smi[SLOT + 3] = bh % H
         cuda.syncthreads()  # the block's role, for every thread
         j = smi[SLOT]
+        if j < 0:  # "pairs": -1, or a walker taken instead of waiting
+            j = out(sm, q, k, v, bcum, hs, o, scale, h0, bcum, smi[SLOT + 1], smi[SLOT + 2], smi[SLOT + 3], flags,
+                    ntiles, nwalk)
         if j >= 0:
             walk(sm, k, v, bcum, h0, ht, hs, bcum, j % ntiles, j // ntiles, flags)
-        else:
-            out(sm, q, k, v, bcum, hs, o, scale, h0, bcum, smi[SLOT + 1], smi[SLOT + 2], smi[SLOT + 3], flags,
-                ntiles, nwalk)
 
     if config.ENABLE_CUDASIM:
         return cuda.jit(overlap)
@@ -3090,8 +3106,9 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         products, pad, out_floats = parts
         kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats,
                                  OVERLAP_PLACE)
-        flags = _flags(2 + BH * NC, stream)  # the tickets, every chunk's count, the walkers taken ("pairs")
         nwalk = cdiv(V, BV) * BH
+        # the tickets, every chunk's count; "pairs": the walkers taken, the chunks handed back (pushed, popped, slots)
+        flags = _flags(4 + BH * NC + nwalk, stream)
         npair = min(sm_count(), cdiv(nwalk, 2))  # "pairs": the SMs that host walkers, two each
         nblocks = NC * BH + nwalk
         args_v = (q, k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags, np.int32(nwalk),
