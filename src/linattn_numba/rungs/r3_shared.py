@@ -2759,6 +2759,7 @@ OVERLAP = True  # the split schedule's default: _overlap_kernel where it runs (r
 OVERLAP_SLEEP_NS = 200  # a waiting output block's thread 0 sleeps this long between two looks at its count
 OVERLAP_PLACES = ("ticket", "pairs")
 OVERLAP_PLACE = "ticket"  # which blocks walk (read at launch; _overlap_kernel says how and why)
+OVERLAP_WALKER_SMS = None  # "pairs": the SMs that host walkers, 0 .. n - 1; None: ceil(nwalk / 2), at most all SMs
 # looks at its count before a waiting output block's thread 0 may take a walker that no block has taken ("pairs";
 # the simulator runs one block after another: there the first look that fails takes one, or it would wait forever)
 OVERLAP_TAKE_LOOKS = 0 if config.ENABLE_CUDASIM else 16
@@ -3109,7 +3110,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         nwalk = cdiv(V, BV) * BH
         # the tickets, every chunk's count; "pairs": the walkers taken, the chunks handed back (pushed, popped, slots)
         flags = _flags(4 + BH * NC + nwalk, stream)
-        npair = min(sm_count(), cdiv(nwalk, 2))  # "pairs": the SMs that host walkers, two each
+        npair = min(sm_count(), cdiv(nwalk, 2)) if OVERLAP_WALKER_SMS is None else OVERLAP_WALKER_SMS
         nblocks = NC * BH + nwalk
         args_v = (q, k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags, np.int32(nwalk),
                   np.int32(cdiv(V, BV)), np.int32(npair))
