@@ -534,8 +534,27 @@ tuner's oracle check on the GPU, and was slower: on an H100, base then head in o
 1.295 -> 1.359 (plain), p10-p90 ranges apart; ptxas spilled 44 bytes (chunk and head, now from the block index,
 kept through the output). Why it lost was not measured (the session's device time ran out). One guess: with roles
 by index the walkers are the first blocks the hardware places, maybe two to an SM, where tickets follow the order
-blocks start in; ``tools/placement_probe.py`` (written, not yet run) counts the SMs that would hold two walkers
-under either order.
+blocks start in; ``tools/placement_probe.py`` counts the SMs that would hold two walkers under either order.
+
+Where the walkers land. The probe, run on an H100 at 7e0e0e6 with the launch's shape and shared memory
+(``figures/data/probes/h100_placement_{1d,3d}_7e0e0e6.json``: a grid of 8,320 blocks, and the claims' (16, 4, 130)),
+found the guess backwards. By index the first 128 blocks land on 120 SMs, 8 of them with two (the hardware deals
+blocks 0, 1, 2, ... to SMs 128, 129, 130, 131, 124, ..., 0, 1, 16, 17, ...: a pair of SMs at a time, every SM once
+before any twice); by ticket the walkers land on 86-87 SMs, 41-42 of them with two: the first 128 blocks to reach
+the atomic are any of the first wave's 264, about as a random draw would pick them. So the tickets' launch, the
+faster, runs with about a third of its walkers two to an SM and the rest beside an output block, and the claims',
+slower by 5 %, with nearly every walker beside an output block. That points at the pairing, not the instructions:
+an output block (FFMA-bound, 0.09 stall samples per FFMA in its products) takes more of an SM's issue slots from a
+walker than another walker does (the walk's section between its products is mostly waits: 0.43 samples per
+instruction, barrier and memory), and the walk is the critical path while it lasts. :data:`OVERLAP_PLACE` "pairs"
+(:func:`_overlap_kernel`) places them on purpose: two to an SM on the first ceil(nwalk / 2) SMs by ``%smid``, the
+output blocks on the others, with hand-backs so that no block waits for a walker that nobody runs (an output
+block that finds its walker not taken takes it; the simulator's tests force that path, and
+``tests/test_gpu.py::test_r3_overlap_placements`` forces it on the GPU with no walker SMs). Not measured yet: the
+device was not lent again in that session. ``tools/h200.sh r3_place`` times ticket / pairs / ticket / pairs in one
+process and runs the GPU test; :data:`OVERLAP_PLACE` stays "ticket" until then. ``tools/sass.py`` (sm_90): 128
+registers, 28 bytes spilled with pairs (0 with tickets; one reload per slab issue in the output's loop and the
+walker's index across the output), 108 / 44 in the 4 x 4 tiling with h0 and ht.
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule
@@ -2824,20 +2843,27 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
       block holds a ticket only once it runs, so every walker is resident before any output block can wait on it.
       Which SMs the walkers land on is then up to the race for the tickets: on an H100 the first 128 tickets of a
       grid of this shape went to blocks on 87 SMs, 41 of them holding two (``tools/placement_probe.py``,
-      ``figures/data/probes/h100_placement_7e0e0e6.json``).
-    * ``"pairs"``: a grid of ``NC B H`` blocks, each of which computes one chunk's output (its ticket from
-      ``flags[0]``), and walkers two to an SM on the first ``npair`` SMs: a block whose SM (``%smid``,
-      :func:`linattn_numba.vec.smid`) is below ``npair`` first takes a walker from ``flags[1 + B H NC]`` (the two
-      atomics issued together: one round trip), walks it if one is left, then computes its chunk. An output
-      block whose chunk is not ready while walkers are still untaken (those SMs busy or absent) takes one itself
-      (:func:`_out_body`'s ``take``), walks it and comes back to its chunk, so no block waits for a walker that
-      nobody runs, whatever order or SMs the blocks get. Why pairs: see the module docstring's table.
+      ``figures/data/probes/h100_placement_1d_7e0e0e6.json``).
+    * ``"pairs"``: the same grid and one role a block, the walkers two to an SM on the first ``npair`` SMs
+      (ceil(nwalk / 2), :data:`OVERLAP_WALKER_SMS`): a block whose SM (``%smid``, :func:`linattn_numba.vec.smid`;
+      the simulator's stand-in: :func:`_block_sm`) is below ``npair`` takes the next walker from ``flags[1 + B H
+      NC]`` while any is left, every block the next ticket from ``flags[0]`` (the two atomics at once: one round
+      trip), and a block with a walker hands its ticket's chunk back (below). Nothing makes those SMs run blocks
+      (another kernel, or a partition of the GPU, may hold them), so no block may wait for a walker that nobody
+      has taken: an output block whose chunk is still not ready after :data:`OVERLAP_TAKE_LOOKS` looks, while
+      walkers are left, takes one and walks it instead, handing its chunk back (pushed to a slot past the count,
+      ``flags[B H NC + 4 + p]``); a block that finds no fresh chunk left takes a walker still left, else pops a
+      chunk handed back. The grid has one block per role and every block takes one ticket, so there are as many
+      such pops as chunks handed back, and each chunk is pushed by a block that took its walker before the
+      walkers ran out, before any pop: a pop waits only for a push already on its way. The chunks of the first
+      tickets, which the first walkers hand back, are thus computed by the grid's last blocks. Why pairs: the
+      module docstring ("Where the walkers land"); not measured yet.
 
     Shared memory: the larger of the two layouts, and eight ints past it (``out_floats``: the output layout's
     floats; r6's pads its slabs): the walker a block runs (-1: none), an output block's chunk and head (b, h), which
     thread 0 works out once (two 64-bit divisions by values known only at run time, ~100 instructions that every
-    warp ran when each worked them out), and the walker that a waiting output block took. The same results as the
-    two kernels, bit for bit: the same products in the same order."""
+    warp ran when each worked them out), and the walker that a waiting output block took ("pairs"). The same
+    results as the two kernels, bit for bit: the same products in the same order."""
     if place not in OVERLAP_PLACES:
         raise ValueError(f"rung {NAME!r}: OVERLAP_PLACE must be one of {OVERLAP_PLACES}, got {place!r}")
     NTH = split_state_threads(KP, BV, rows)
@@ -2863,23 +2889,26 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
             if pairs:
                 NCBH = BH * ((q.shape[1] + C - 1) // C)
                 wc = 1 + NCBH  # walkers taken; then the chunks handed back: pushed, popped, a slot each
-                if _block_sm() < npair:  # an SM that hosts walkers: take one, while any is left
-                    j = cuda.atomic.add(flags, wc, 1)
-                    if j >= nwalk:
-                        j = -1
-                u = -1
-                if j < 0:
-                    u = cuda.atomic.add(flags, 0, 1)
-                    if u >= NCBH:  # no fresh chunk left: a walker that no SM below npair took, else a chunk
-                        u = -1  # handed back by a block that walked instead of waiting (as many of those blocks as
-                        j = cuda.atomic.add(flags, wc, 1)  # chunks handed back: one each, never waiting long)
+                if _block_sm() < npair:  # an SM that hosts walkers: take one while any is left (both atomics in
+                    j = cuda.atomic.add(flags, wc, 1)  # flight at once: one round trip)
+                u = cuda.atomic.add(flags, 0, 1)  # every block takes a ticket: one block per role
+                if j >= nwalk:
+                    j = -1
+                if u >= NCBH:  # no fresh chunk left: a walker still left (none of its SMs took it), else a chunk
+                    u = -1  # handed back (as many such blocks as chunks handed back: one each)
+                    if j < 0:
+                        j = cuda.atomic.add(flags, wc, 1)
                         if j >= nwalk:
                             j = -1
                             r = cuda.atomic.add(flags, wc + 2, 1)
-                            while u < 0:  # its block took a walker first, then pushes: it is running
+                            while u < 0:  # pushed by a block that took its walker before these ran out: running
                                 u = ld_acquire(flags, wc + 3 + r) - 1
                                 if u < 0:
                                     _backoff()
+                elif j >= 0:  # a walker and a fresh chunk: the chunk goes back, for a block that finds none left
+                    p = cuda.atomic.add(flags, wc + 1, 1)
+                    cuda.atomic.exch(flags, wc + 3 + p, 1 + u)
+                    u = -1
             else:
                 u = cuda.atomic.add(flags, 0, 1)
                 if u < nwalk:
