@@ -7,7 +7,9 @@ gets now)? Two walkers on an SM share its issue slots, and leave another SM with
 
     python3 tools/placement_probe.py [--grid 16,4,130] [--nwalk 128] [--smem 104100] [--spin-us 20] [--out FILE]
 
-GPU only (``%smid`` has no simulator twin). Prints, for both role orders, how many of the walkers' SMs hold two.
+GPU only (the simulator has no SMs). Prints, for both role orders, how many of the walkers' SMs hold two.
+On an H100 at 7e0e0e6 (``figures/data/probes/h100_placement_{1d,3d}_7e0e0e6.json``): by index 120 SMs, 8 with
+two; by ticket 86-87 SMs, 41-42 with two (r3's docstring, "Where the walkers land", draws the conclusion).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import numpy as np
 from llvmlite import ir
 from numba import cuda, types
 from numba.cuda.extending import intrinsic
+
+from linattn_numba.vec import smid
 
 
 def _special_register(reg, bits, doc):
@@ -38,7 +42,7 @@ def _special_register(reg, bits, doc):
     return intrinsic(fn)
 
 
-_smid = _special_register("%smid", 32, "``%smid``: the SM this thread runs on.")
+_smid = smid  # the SM this thread runs on (what r3's "pairs" placement reads)
 _globaltimer = _special_register("%globaltimer", 64, "``%globaltimer`` (ns), to keep a block resident a while.")
 
 

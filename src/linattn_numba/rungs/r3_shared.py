@@ -539,9 +539,10 @@ blocks start in; ``tools/placement_probe.py`` counts the SMs that would hold two
 Where the walkers land. The probe, run on an H100 at 7e0e0e6 with the launch's shape and shared memory
 (``figures/data/probes/h100_placement_{1d,3d}_7e0e0e6.json``: a grid of 8,320 blocks, and the claims' (16, 4, 130)),
 found the guess backwards. By index the first 128 blocks land on 120 SMs, 8 of them with two (the hardware deals
-blocks 0, 1, 2, ... to SMs 128, 129, 130, 131, 124, ..., 0, 1, 16, 17, ...: a pair of SMs at a time, every SM once
-before any twice); by ticket the walkers land on 86-87 SMs, 41-42 of them with two: the first 128 blocks to reach
-the atomic are any of the first wave's 264, about as a random draw would pick them. So the tickets' launch, the
+blocks 0, 1, 2, ... to SMs 128, 129, 130, 131, 124, ..., 0, 1, 16, 17, ...: a pair of SMs at a time, mostly one
+block to an SM); by ticket the walkers land on 86-87 SMs, 41-42 of them with two: the first 128 blocks to reach
+the atomic are any of the first wave's 264, about as a random draw would pick them (it would give ~31 SMs with
+two). So the tickets' launch, the
 faster, runs with about a third of its walkers two to an SM and the rest beside an output block, and the claims',
 slower by 5 %, with nearly every walker beside an output block. That points at the pairing, not the instructions:
 an output block (FFMA-bound, 0.09 stall samples per FFMA in its products) takes more of an SM's issue slots from a
