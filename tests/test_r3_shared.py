@@ -549,11 +549,11 @@ def test_module_contract():
     # per dtype and recurrence: intra with output (+ state only unless plain) and state x (4 with o, 2 without)
     # float32 with and without 128-bit input loads, float16 without; with 128-bit loads the split schedule's state
     # and output kernels of plain and decay (the general state kernel storing S_c; the pipelined one in its two
-    # tilings, with h0 and ht and writing lg; the two in one launch, OVERLAP, in both tilings; the output kernel,
-    # and the one adding x: split_deferred); its gates kernel for float32 and float16 gates, and the one that also
-    # zeroes the overlapped launch's counts; the counts' zeroing without gates; the delta family's split walk in
-    # both tilings (delta, gated delta)
-    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 9 + 2 * 2 + 3 + 1
+    # tilings, with h0 and ht and writing lg; the two in one launch, OVERLAP, in both tilings and both placements,
+    # OVERLAP_PLACE; the output kernel, and the one adding x: split_deferred); its gates kernel for float32 and
+    # float16 gates, and the one that also zeroes the overlapped launch's counts; the counts' zeroing without gates;
+    # the delta family's split walk in both tilings (delta, gated delta)
+    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 11 + 2 * 2 + 3 + 1
     assert r3.SCHEDULES == ("fused", "split") and r3.SCHEDULE == "split"  # the measured default (docstring)
     assert r3.DELTA_SCHEDULE == "split"  # the delta family's measured default (docstring)
 
