@@ -540,18 +540,17 @@ Where the walkers land. The probe, run on an H100 at 7e0e0e6 with the launch's s
 (``figures/data/probes/h100_placement_{1d,3d}_7e0e0e6.json``: a grid of 8,320 blocks, and the claims' (16, 4, 130)),
 found the guess backwards. By index the first 128 blocks land on 120 SMs, 8 of them with two (the hardware deals
 blocks 0, 1, 2, ... to SMs 128, 129, 130, 131, 124, ..., 0, 1, 16, 17, ...: a pair of SMs at a time, mostly one
-block to an SM); by ticket the walkers land on 86-87 SMs, 41-42 of them with two: the first 128 blocks to reach
-the atomic are any of the first wave's 264, about as a random draw would pick them (it would give ~31 SMs with
-two). So the tickets' launch, the
-faster, runs with about a third of its walkers two to an SM and the rest beside an output block, and the claims',
-slower by 5 %, with nearly every walker beside an output block. That points at the pairing, not the instructions:
-an output block (FFMA-bound, 0.09 stall samples per FFMA in its products) takes more of an SM's issue slots from a
-walker than another walker does (the walk's section between its products is mostly waits: 0.43 samples per
-instruction, barrier and memory), and the walk is the critical path while it lasts. :data:`OVERLAP_PLACE` "pairs"
-(:func:`_overlap_kernel`) places them on purpose: two to an SM on the first ceil(nwalk / 2) SMs by ``%smid``, the
-output blocks on the others, with hand-backs so that no block waits for a walker that nobody runs (an output
-block that finds its walker not taken takes it; the simulator's tests force that path, and
-``tests/test_gpu.py::test_r3_overlap_placements`` forces it on the GPU with no walker SMs). Not measured yet: the
+block to an SM); by ticket the walkers land on 86-87 SMs, 41-42 of them with two: the first 128 blocks to reach the
+atomic are any of the first wave's 264, about as a random draw would pick them (it would give ~31 SMs with two). So
+the tickets' launch, the faster, runs with about two thirds of its walkers two to an SM and the rest beside an
+output block, and the claims', slower by 5 %, with nearly every walker beside an output block. That points at the
+pairing, not the instructions: an output block (FFMA-bound, 0.09 stall samples per FFMA in its products) takes more
+of an SM's issue slots from a walker than another walker does (the walk's section between its products is mostly
+waits: 0.43 samples per instruction, barrier and memory), and the walk is the critical path while it lasts.
+:data:`OVERLAP_PLACE` "pairs" (:func:`_overlap_kernel`) places them on purpose: two to an SM on the first
+ceil(nwalk/2) SMs by ``%smid``, the output blocks on the others, with hand-backs so that no block waits for a walker
+that nobody runs (an output block that finds its walker not taken takes it; the simulator's tests force that path,
+and ``tests/test_gpu.py::test_r3_overlap_placements`` forces it on the GPU with no walker SMs). Not measured yet: the
 device was not lent again in that session. ``tools/h200.sh r3_place`` times ticket / pairs / ticket / pairs in one
 process and runs the GPU test; :data:`OVERLAP_PLACE` stays "ticket" until then. ``tools/sass.py`` (sm_90): 128
 registers, 28 bytes spilled with pairs (0 with tickets; one reload per slab issue in the output's loop and the
@@ -2811,7 +2810,8 @@ else:
 
 @cuda.jit
 def _zero_flags(flags):
-    """flags[:] = 0 (the ticket counter and every chunk's count, before each overlapped launch)."""
+    """flags[:] = 0 (the ticket counter, every chunk's count and the walkers' counts, before each overlapped
+    launch)."""
     i = cuda.grid(1)
     if i < flags.shape[0]:
         flags[i] = 0
@@ -3310,7 +3310,7 @@ def compile_targets():
                     # ht), 4 x 4 with h0 and ht (the GPU tier's shapes)
                     i1 = types.Array(types.int32, 1, "C")
                     for bv_, rows_, lab, st in ((64, 8, "", False), (32, 4, ",4x4,h0,ht", True)):
-                        for place in ("pairs", "ticket"):  # the default first: what tools/sass.py finds first
+                        for place in OVERLAP_PLACES:  # "ticket" (the default) first: what tools/sass.py finds
                             yield (f"overlap[{rec}{lab},{place}]",
                                    _overlap_kernel(C, KP, bv_, rows_, has_g, st, st, _out_fma_products(C, KP), 0,
                                                    _out_layout(C, KP)[-1], place).py_func,
