@@ -552,9 +552,10 @@ ceil(nwalk/2) SMs by ``%smid``, the output blocks on the others, with hand-backs
 that nobody runs (an output block that finds its walker not taken takes it; the simulator's tests force that path,
 and ``tests/test_gpu.py::test_r3_overlap_placements`` forces it on the GPU with no walker SMs). Not measured yet: the
 device was not lent again in that session. ``tools/h200.sh r3_place`` times ticket / pairs / ticket / pairs in one
-process and runs the GPU test; :data:`OVERLAP_PLACE` stays "ticket" until then. ``tools/sass.py`` (sm_90): 128
-registers, 28 bytes spilled with pairs (0 with tickets; one reload per slab issue in the output's loop and the
-walker's index across the output), 108 / 44 in the 4 x 4 tiling with h0 and ht.
+process (and at B1 T131072 H2, 8 walkers, where the walk is all) and runs the GPU test; :data:`OVERLAP_PLACE` stays
+"ticket" until then. ``tools/sass.py`` (sm_90): 128 registers, 28 bytes spilled with pairs (0 with tickets; one
+reload per slab issue in the output's loop and the walker's index across the output), 108 / 44 in the 4 x 4 tiling
+with h0 and ht.
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule
