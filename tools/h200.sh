@@ -235,14 +235,14 @@ for m in ${modes//,/ }; do
       ab_tune gates gates_ab.log "" || rc=1
       bench --rungs shared --recurrences plain,decay --fla chunk --out "$out/h200_r3_$sha.json" \
         | tee -a "$out/gates_ab.log" || rc=1;;
-    r3_place)  # ~7 min with the kernels' compiles on the device
-      py_log r3_place.log 330 "${R3_SPLIT[@]}" --vary r3_shared.OVERLAP_PLACE=ticket,pairs,ticket,pairs \
+    r3_place)  # under 10 min with the kernels' compiles on the device (300 + 120 + 150 s at most)
+      py_log r3_place.log 300 "${R3_SPLIT[@]}" --vary r3_shared.OVERLAP_PLACE=ticket,pairs,ticket,pairs \
         --out "$out/h200_tune_r3_place_$sha.json" || rc=1
       # few walkers (B1 H2: 8, walk-bound): pairs must not slow a long walk
-      py_log r3_place.log 150 tools/tune_r3.py --rung shared --chunks 64 --bv 32 --schedule split \
+      py_log r3_place.log 120 tools/tune_r3.py --rung shared --chunks 64 --bv 32 --schedule split \
         --recurrences decay --shape 1,131072,2,128,128 --vary r3_shared.OVERLAP_PLACE=ticket,pairs \
         --out "$out/h200_tune_r3_place_long_$sha.json" || rc=1
-      timeout 170 python3 -m pytest -m gpu tests/test_gpu.py -k overlap_placements -q -p no:cacheprovider 2>&1 \
+      timeout 150 python3 -m pytest -m gpu tests/test_gpu.py -k overlap_placements -q -p no:cacheprovider 2>&1 \
         | tail -4 | tee -a "$out/r3_place.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     r3_ab)
