@@ -373,7 +373,7 @@ ht = cuda.to_device(np.full((1, 2, 16, 32), np.nan, np.float32))
 r3.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, 16**-0.5, 16, bv=16)
 r3.OVERLAP_PLACE = "ticket"
 NCBH, nwalk = 2 * 5, 2 * 2  # chunks of 16 over 70 tokens, 2 heads; 2 value tiles a head
-fl = r3._flags(4 + NCBH + nwalk, 0).copy_to_host()
+fl = r3._flags(r3.overlap_flags_len(2, 5, nwalk), 0).copy_to_host()
 print(f"tickets taken {fl[0]} (one per block: {NCBH} chunks + {nwalk} walkers), "
       f"walkers taken {min(fl[1 + NCBH], nwalk)} of {nwalk}, "
       f"chunks handed back {fl[2 + NCBH]} and popped {fl[3 + NCBH]}; "

@@ -92,9 +92,9 @@ def test_split_delta_large(recurrence, shape):
 def test_r3_overlap_placements(monkeypatch, recurrence, walker_sms):
     """r3's overlapped launch with its walkers two to an SM (``OVERLAP_PLACE`` "pairs") where its blocks really run
     at once: on the SMs chosen for them, on none (``OVERLAP_WALKER_SMS`` 0: output blocks take every walker after
-    their looks and hand their chunks back, the last blocks pop them) and on one. B2 H16 K=V=128: 64 walkers of 64
-    columns, 16 chunks a head. Against the oracle, and bit for bit the tickets' result (the same products in the
-    same order)."""
+    their looks and hand their chunks back, the last blocks pop them) and on one. B2 H16 K=V=128: 128 walkers of 32
+    columns (4 x 4 tiles, with h0 and ht), 16 chunks a head. Against the oracle, and bit for bit the tickets' result
+    (the same products in the same order)."""
     from numba import cuda
 
     from linattn_numba import rungs

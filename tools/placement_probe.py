@@ -26,24 +26,15 @@ from numba.cuda.extending import intrinsic
 from linattn_numba.vec import smid
 
 
-def _special_register(reg, bits, doc):
-    """An intrinsic reading the PTX special register ``reg`` (``bits`` wide) into an integer."""
-    ty = types.int32 if bits == 32 else types.int64
+@intrinsic
+def _globaltimer(typingctx):
+    """``%globaltimer`` (ns), to keep a block resident a while."""
 
-    def fn(typingctx):
-        def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(ir.IntType(bits), []), f"mov.u{bits} $0, {reg};",
-                               "=r" if bits == 32 else "=l", side_effect=True)
-            return builder.call(asm, [])
+    def codegen(context, builder, sig, args):
+        asm = ir.InlineAsm(ir.FunctionType(ir.IntType(64), []), "mov.u64 $0, %globaltimer;", "=l", side_effect=True)
+        return builder.call(asm, [])
 
-        return ty(), codegen
-
-    fn.__doc__ = doc
-    return intrinsic(fn)
-
-
-_smid = smid  # the SM this thread runs on (what r3's "pairs" placement reads)
-_globaltimer = _special_register("%globaltimer", 64, "``%globaltimer`` (ns), to keep a block resident a while.")
+    return types.int64(), codegen
 
 
 @cuda.jit
@@ -54,7 +45,7 @@ def _probe(counter, sm_of, ticket_of, spin_ns):
     sm = cuda.shared.array(0, types.int32)
     if cuda.threadIdx.x == 0:
         t0 = _globaltimer()
-        sm_of[i] = _smid()
+        sm_of[i] = smid()  # what r3's "pairs" placement reads
         ticket_of[i] = cuda.atomic.add(counter, 0, 1)
         sm[0] = 0
         while _globaltimer() - t0 < spin_ns:

@@ -2823,6 +2823,12 @@ def _flags(n, stream):
     return _scratch("overlap_flags", (n,), stream, np.int32)
 
 
+def overlap_flags_len(BH, NC, nwalk):
+    """Ints of the overlapped launch's counts: the tickets, every chunk's count (B H NC), and for "pairs" the walkers
+    taken, the chunks handed back and popped, and a slot for each handed back (at most one a walker)."""
+    return 4 + BH * NC + nwalk
+
+
 @functools.lru_cache(maxsize=None)
 def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_floats, place="ticket"):
     """The split schedule's state walk and its output in one launch (:data:`OVERLAP`), so that the output of the
@@ -3139,8 +3145,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats,
                                  OVERLAP_PLACE)
         nwalk = cdiv(V, BV) * BH
-        # the tickets, every chunk's count; "pairs": the walkers taken, the chunks handed back (pushed, popped, slots)
-        flags = _flags(4 + BH * NC + nwalk, stream)
+        flags = _flags(overlap_flags_len(BH, NC, nwalk), stream)
         npair = min(sm_count(), cdiv(nwalk, 2)) if OVERLAP_WALKER_SMS is None else OVERLAP_WALKER_SMS
         nblocks = NC * BH + nwalk
         args_v = (q, k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags, np.int32(nwalk),

@@ -323,8 +323,9 @@ import numpy as np
 from numba import cuda, float32, types
 
 from .. import sim
-from .._common import DEFAULT_SMS, INPUT_DTYPES, array_type, cdiv, or_dummy, scratch  # noqa: F401 - DEFAULT_SMS: r4's
-from .._common import sm_count as _sm_count  # names, read by the API and notebook r5
+from .._common import INPUT_DTYPES, array_type, cdiv, or_dummy, scratch
+from .._common import DEFAULT_SMS  # noqa: F401 - r4's name for it, read by notebook r5
+from .._common import sm_count as _sm_count  # r4's name for it, read by the API
 
 NAME = "scan"
 MAX_K = 256  # the chain kernel's shared [K, 32] tile (32 KB) and 32 rows per thread at K = 256
