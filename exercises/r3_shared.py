@@ -162,14 +162,12 @@ BV_DEFAULT = 64
 # r3's products _out_fma_products and its scores _out_scores (each half of the block over half of d:
 # _half_scores_step / _send / _finish),
 # their copiers _rows_copier / _rows_copier_at / _rows_scaler / _rows_adder, the walk and the output in one launch
-# _overlap_kernel with overlap_bytes, _flags / overlap_flags_len, _zero_flags, _backoff and _block_sm, _split_runs,
-# _split_launches, and
+# _overlap_kernel with overlap_bytes, _flags, _zero_flags and _backoff, _split_runs, _split_launches, and
 # split_deferred, r4's phases 1 and 3; the delta family's walk _split_delta_kernel with _split_delta_layout and its
 # launches _split_delta_launches) are given whole: the exercise's forward runs the fused schedule.
 # ==========================================================================================================
 from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _backoff,
-    _block_sm,
     _flags,
     _half_scores_finish,
     _half_scores_send,
@@ -184,7 +182,6 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _walk_update,
     _zero_flags,
     overlap_bytes,
-    overlap_flags_len,
     _chunk_gates,
     _chunk_prefetcher,
     _chunk_stager,

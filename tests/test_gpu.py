@@ -87,40 +87,6 @@ def test_split_delta_large(recurrence, shape):
         r3.SPLIT_BV, r3.SPLIT_ROWS = saved
 
 
-@pytest.mark.parametrize("walker_sms", [None, 0, 1], ids=["pairs", "no_walker_sms", "one_walker_sm"])
-@pytest.mark.parametrize("recurrence", ["plain", "decay"])
-def test_r3_overlap_placements(monkeypatch, recurrence, walker_sms):
-    """r3's overlapped launch with its walkers two to an SM (``OVERLAP_PLACE`` "pairs") where its blocks really run
-    at once: on the SMs chosen for them, on none (``OVERLAP_WALKER_SMS`` 0: output blocks take every walker after
-    their looks and hand their chunks back, the last blocks pop them) and on one. B2 H16 K=V=128: 128 walkers of 32
-    columns (4 x 4 tiles, with h0 and ht), 16 chunks a head. Against the oracle, and bit for bit the tickets' result
-    (the same products in the same order)."""
-    from numba import cuda
-
-    from linattn_numba import rungs
-    from linattn_numba.testing import make_inputs, rel_err
-
-    r3 = rungs.module("shared")
-    inp = make_inputs(2, 1000, 16, 128, 128, recurrence, initial_state=True, seed=11)
-    o_ref, h_ref = _oracle(inp)
-    d = {n: (None if a is None else cuda.to_device(a)) for n, a in inp.items()}
-    res = {}
-    for place, sms in (("ticket", None), ("pairs", walker_sms)):
-        monkeypatch.setattr(r3, "OVERLAP_PLACE", place)
-        monkeypatch.setattr(r3, "OVERLAP_WALKER_SMS", sms)
-        o = cuda.to_device(np.full((2, 1000, 16, 128), np.nan, np.float32))
-        ht = cuda.to_device(np.full((2, 16, 128, 128), np.nan, np.float32))
-        names = [n for n, _ in r3.launches(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht,
-                                           128**-0.5, 64)]
-        assert "overlap" in names, names
-        r3.forward(d["q"], d["k"], d["v"], d["g"], d["beta"], o, d["initial_state"], ht, 128**-0.5, 64)
-        res[place] = (o.copy_to_host(), ht.copy_to_host())
-    e_o, e_h = rel_err(res["pairs"][0], o_ref), rel_err(res["pairs"][1], h_ref)
-    assert e_o <= 1e-4 and e_h <= 1e-4, f"output {e_o:.2e}, state {e_h:.2e}"
-    for a, b in zip(*res.values()):
-        np.testing.assert_array_equal(a, b)
-
-
 @pytest.mark.parametrize("handoff", ["pair", "rendezvous"])
 @pytest.mark.parametrize("recurrence", ["decay", "gated_delta"])
 def test_r5_handoffs(recurrence, handoff):

@@ -164,18 +164,14 @@ def test_split_state_rows(monkeypatch, recurrence, T, C, K, V, bv, rows):
     ("decay", 1, 2, 70, 16, 16, 32, 16, 4, True, True), ("plain", 2, 1, 45, 32, 24, 64, 32, 4, False, True),
     ("decay", 2, 1, 1, 32, 32, 32, 32, 4, False, False), ("decay", 1, 2, 100, 32, 32, 64, 64, 8, True, False)],
     ids=str)
-@pytest.mark.parametrize("place", r3.OVERLAP_PLACES)
-def test_overlap(monkeypatch, place, recurrence, B, H, T, C, K, V, bv, rows, with_h0, with_ht):
+def test_overlap(monkeypatch, recurrence, B, H, T, C, K, V, bv, rows, with_h0, with_ht):
     """The state walk and the output in one launch (``OVERLAP``, ``_overlap_kernel``), taken where the two kernels'
     blocks are the same size: at C = 16 and 32 here (16 and 64 threads; at C = 64 only K' = 128 gives 256), two
     value tiles of a head (V = 32 at bv = 16: walkers counted per chunk), the 8 x 4 tiling, T = 1, T not a
     multiple of C, K != V, B = 2 (ticket -> head and chunk). Against the oracle, and bit for bit the two launches'
-    output and final state (the same products in the same order). Both placements of the walkers (``OVERLAP_PLACE``;
-    "pairs" with the simulator's stand-in SMs, block x on "SM" x mod 3: some blocks walk first, and output blocks
-    that find their walker not taken take it and hand their chunk back)."""
+    output and final state (the same products in the same order)."""
     inp = make(B, T, H, K, V, recurrence, seed=T + K + V + rows)
     monkeypatch.setattr(r3, "SPLIT_ROWS", rows)
-    monkeypatch.setattr(r3, "OVERLAP_PLACE", place)
     gates = ["gates"] if recurrence == "decay" else []
     assert _kernel_names(inp, C, bv=bv) == ["overlap"]  # with gates, the gates kernel zeroes the counts: one step
     check(inp, C, with_h0, with_ht, bv=bv)
@@ -200,16 +196,13 @@ class _ReversedGrid:
         return reversed(list(self._np.ndindex(*shape)))
 
 
-@pytest.mark.parametrize("place", r3.OVERLAP_PLACES)
-def test_overlap_any_block_order(monkeypatch, place):
-    """Roles come from tickets taken when a block starts (and with "pairs" from the SM it starts on), not from block
-    indices: with the simulator's blocks run last to first, no block ever waits for a walker that nobody runs
-    (``_backoff`` raises in the simulator if a block ever has to wait): with tickets the first block to run still
-    walks; with pairs an output block that finds its walker not taken takes it. Roles by block index would make
+def test_overlap_any_block_order(monkeypatch):
+    """Roles come from tickets taken when a block starts, not from block indices: with the simulator's blocks run
+    last to first, the first block to run still walks and every output block still finds its chunk's count
+    complete (``_backoff`` raises in the simulator if a block ever has to wait). Roles by block index would make
     the first block to run here an output block of the last chunk, waiting for a walk that has not started."""
     from numba.cuda.simulator import kernel as simkernel
 
-    monkeypatch.setattr(r3, "OVERLAP_PLACE", place)
     inp = make(2, 70, 1, 16, 32, "decay", seed=77)
     o_fwd, h_fwd = run(inp, 16, True, True, bv=16)
     grid = _ReversedGrid(simkernel.np)
@@ -217,37 +210,6 @@ def test_overlap_any_block_order(monkeypatch, place):
     o_rev, h_rev = run(inp, 16, True, True, bv=16)
     assert grid.reversed_grids >= 2  # the gates kernel (which zeroes the counts) and the overlapped one ran backwards
     assert np.array_equal(o_rev, o_fwd) and np.array_equal(h_rev, h_fwd)
-
-
-def _overlap_flags(B, H, T, C, nwalk):
-    """The overlapped launch's counts after a run (the kept scratch buffer), as numpy."""
-    return r3._flags(r3.overlap_flags_len(B * H, -(-T // C), nwalk), 0).copy_to_host()
-
-
-@pytest.mark.parametrize("sm", [0, 1000], ids=["walker_sms", "no_walker_sms"])
-def test_overlap_pairs_hand_back(monkeypatch, sm):
-    """"pairs" when every block starts on an SM that hosts walkers (all "SM" 0: the first blocks take the walkers
-    and hand back their tickets' chunks) and when none does (all "SM" 1000, as where those SMs are absent or busy:
-    output blocks take the walkers themselves and hand their chunks back); the blocks past the last fresh chunk pop
-    them. The same bits as the two launches either way, every walker taken once, every chunk handed back popped
-    once."""
-    B, H, T, C, K, V, bv = 2, 1, 70, 16, 16, 32, 16  # 2 walkers a head: 4 walkers, 5 chunks a head
-    nwalk, NCBH = B * H * V // bv, B * H * -(-T // C)
-    inp = make(B, T, H, K, V, "decay", seed=5)
-    monkeypatch.setattr(r3, "OVERLAP_PLACE", "pairs")
-    monkeypatch.setattr(r3, "_block_sm", cuda.jit(device=True)(lambda: sm))
-    o1, h1 = run(inp, C, True, True, bv=bv)
-    fl = _overlap_flags(B, H, T, C, nwalk)
-    wc = 1 + NCBH
-    assert fl[0] == NCBH + nwalk  # one ticket a block, one block a role
-    assert fl[wc] >= nwalk  # every walker taken (the count runs past nwalk where blocks found none left)
-    pushed, popped = fl[wc + 1], fl[wc + 2]
-    assert pushed == popped and (pushed == nwalk if sm == 0 else 0 < pushed <= nwalk)
-    back = fl[wc + 3:wc + 3 + pushed] - 1
-    assert len(set(back.tolist())) == pushed and back.min() >= 0 and back.max() < NCBH  # chunks, once each
-    monkeypatch.setattr(r3, "OVERLAP", False)
-    o2, h2 = run(inp, C, True, True, bv=bv)
-    assert np.array_equal(o1, o2) and np.array_equal(h1, h2)
 
 
 def test_signal_and_exp_twins():
@@ -548,11 +510,11 @@ def test_module_contract():
     # per dtype and recurrence: intra with output (+ state only unless plain) and state x (4 with o, 2 without)
     # float32 with and without 128-bit input loads, float16 without; with 128-bit loads the split schedule's state
     # and output kernels of plain and decay (the general state kernel storing S_c; the pipelined one in its two
-    # tilings, with h0 and ht and writing lg; the two in one launch, OVERLAP, in both tilings and both placements,
-    # OVERLAP_PLACE; the output kernel, and the one adding x: split_deferred); its gates kernel for float32 and
-    # float16 gates, and the one that also zeroes the overlapped launch's counts; the counts' zeroing without gates;
-    # the delta family's split walk in both tilings (delta, gated delta)
-    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 11 + 2 * 2 + 3 + 1
+    # tilings, with h0 and ht and writing lg; the two in one launch, OVERLAP, in both tilings; the output kernel,
+    # and the one adding x: split_deferred); its gates kernel for float32 and float16 gates, and the one that also
+    # zeroes the overlapped launch's counts; the counts' zeroing without gates; the delta family's split walk in
+    # both tilings (delta, gated delta)
+    assert len(labels) == len(set(labels)) == 3 * (4 + 3 + 4 * 6) + 2 * 9 + 2 * 2 + 3 + 1
     assert r3.SCHEDULES == ("fused", "split") and r3.SCHEDULE == "split"  # the measured default (docstring)
     assert r3.DELTA_SCHEDULE == "split"  # the delta family's measured default (docstring)
 

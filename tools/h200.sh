@@ -59,10 +59,6 @@
 #               `git archive BASE src` there, carried) and on this tree, then the bench of r3 beside fla's chunk kernel
 #               (plain, decay): h200_tune_r3_gates_{base,head}_<sha>.json, h200_r3_<sha>.json (how the cumulative
 #               gates are computed, between two commits: figures/data/probes/README.md has the three measured)
-#     r3_place  r3's overlapped launch with its walkers placed by ticket and two to an SM (r3_shared.OVERLAP_PLACE
-#               ticket / pairs / ticket / pairs in one process, plain and decay, per kernel, oracle-checked:
-#               h200_tune_r3_place_<sha>.json), the same at B1 T131072 H2 (8 walkers: walk-bound;
-#               h200_tune_r3_place_long_<sha>.json), then the GPU test of the pairs placement (chosen SMs, none, one)
 #     r3_ab     gates_ab's per-kernel timing alone, base / head / base / head (interleaved, so that drift shows), no
 #               bench: h200_tune_r3_${AB_TAG:-ab}_{base,head}{1,2}_<sha>.json
 #     delta_split  r3's two schedules for the delta family (fused; split: the walk storing S_c and V_new, then the
@@ -235,16 +231,6 @@ for m in ${modes//,/ }; do
       ab_tune gates gates_ab.log "" || rc=1
       bench --rungs shared --recurrences plain,decay --fla chunk --out "$out/h200_r3_$sha.json" \
         | tee -a "$out/gates_ab.log" || rc=1;;
-    r3_place)  # under 10 min with the kernels' compiles on the device (300 + 120 + 150 s at most)
-      py_log r3_place.log 300 "${R3_SPLIT[@]}" --vary r3_shared.OVERLAP_PLACE=ticket,pairs,ticket,pairs \
-        --out "$out/h200_tune_r3_place_$sha.json" || rc=1
-      # few walkers (B1 H2: 8, walk-bound): pairs must not slow a long walk
-      py_log r3_place.log 120 tools/tune_r3.py --rung shared --chunks 64 --bv 32 --schedule split \
-        --recurrences decay --shape 1,131072,2,128,128 --vary r3_shared.OVERLAP_PLACE=ticket,pairs \
-        --out "$out/h200_tune_r3_place_long_$sha.json" || rc=1
-      timeout 150 python3 -m pytest -m gpu tests/test_gpu.py -k overlap_placements -q -p no:cacheprovider 2>&1 \
-        | tail -4 | tee -a "$out/r3_place.log"
-      [ "${PIPESTATUS[0]}" = 0 ] || rc=1;;
     r3_ab)
       ab_tune "${AB_TAG:-ab}" r3_ab.log 1 2 || rc=1;;  # base, head, base, head: drift shows as base vs base
     delta_split)  # 580 s at most: one device call (its kernels compile on the device first, ~20-30 s each)

@@ -7,9 +7,10 @@ gets now)? Two walkers on an SM share its issue slots, and leave another SM with
 
     python3 tools/placement_probe.py [--grid 16,4,130] [--nwalk 128] [--smem 104100] [--spin-us 20] [--out FILE]
 
-GPU only (the simulator has no SMs). Prints, for both role orders, how many of the walkers' SMs hold two.
+GPU only (``%smid`` has no simulator twin). Prints, for both role orders, how many of the walkers' SMs hold two.
 On an H100 at 7e0e0e6 (``figures/data/probes/h100_placement_{1d,3d}_7e0e0e6.json``): by index 120 SMs, 8 with
-two; by ticket 86-87 SMs, 41-42 with two (r3's docstring, "Where the walkers land", draws the conclusion).
+two; by ticket 86-87 SMs, 41-42 with two. r3's docstring ("Where the walkers land") draws the conclusion, and times
+a placement of the walkers two to an SM (slower, removed).
 """
 
 from __future__ import annotations
@@ -23,18 +24,25 @@ from llvmlite import ir
 from numba import cuda, types
 from numba.cuda.extending import intrinsic
 
-from linattn_numba.vec import smid
+
+def _special_register(reg, bits, doc):
+    """An intrinsic reading the PTX special register ``reg`` (``bits`` wide) into an integer."""
+    ty = types.int32 if bits == 32 else types.int64
+
+    def fn(typingctx):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.IntType(bits), []), f"mov.u{bits} $0, {reg};",
+                               "=r" if bits == 32 else "=l", side_effect=True)
+            return builder.call(asm, [])
+
+        return ty(), codegen
+
+    fn.__doc__ = doc
+    return intrinsic(fn)
 
 
-@intrinsic
-def _globaltimer(typingctx):
-    """``%globaltimer`` (ns), to keep a block resident a while."""
-
-    def codegen(context, builder, sig, args):
-        asm = ir.InlineAsm(ir.FunctionType(ir.IntType(64), []), "mov.u64 $0, %globaltimer;", "=l", side_effect=True)
-        return builder.call(asm, [])
-
-    return types.int64(), codegen
+_smid = _special_register("%smid", 32, "``%smid``: the SM this thread runs on.")
+_globaltimer = _special_register("%globaltimer", 64, "``%globaltimer`` (ns), to keep a block resident a while.")
 
 
 @cuda.jit
@@ -45,7 +53,7 @@ def _probe(counter, sm_of, ticket_of, spin_ns):
     sm = cuda.shared.array(0, types.int32)
     if cuda.threadIdx.x == 0:
         t0 = _globaltimer()
-        sm_of[i] = smid()  # what r3's "pairs" placement reads
+        sm_of[i] = _smid()
         ticket_of[i] = cuda.atomic.add(counter, 0, 1)
         sm[0] = 0
         while _globaltimer() - t0 < spin_ns:

@@ -146,18 +146,3 @@ def rows_aligned(*arrays) -> bool:
         if not config.ENABLE_CUDASIM and a.__cuda_array_interface__["data"][0] % 16:
             return False
     return True
-
-
-DEFAULT_SMS = 132  # the H200, when the device cannot be asked (the simulator)
-
-
-@functools.lru_cache(maxsize=None)
-def sm_count() -> int:
-    """The current device's SM count (:data:`DEFAULT_SMS` in the simulator or without a device): r4's segment
-    plan and r3's walker placement size themselves by it."""
-    if sim.active():
-        return DEFAULT_SMS
-    try:
-        return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
-    except Exception:  # noqa: BLE001 - no context yet / no device: the H200's count
-        return DEFAULT_SMS

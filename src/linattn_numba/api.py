@@ -215,9 +215,10 @@ def _rung_module(rung, K, V, T, chunk_size, recurrence=None, B=None, H=None):
 # long-context runs at B1 H2), (additive, delta family). The sequential rungs' cost is one block's walk through
 # the tokens (a block per SM, all blocks in one wave at the standard shape): the call's time / T. The scan's cost
 # is per token-head when its segments fill the GPU: the call's time / (B H T).
-# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 1.446 ms decay / 3.62 ms gated
-# delta, r6: 1.277 / 3.52 ms (figures/data/h200_r6_pipe_f0ac321.json, h200_r3_a757612.json); over 8192 tokens
-SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.1765, 0.442), "tensor_cores": (0.1559, 0.430)}
+# r1: decay 2.44 ms, gated delta 2.72 ms (figures/data/h200_r1_ecba0d6.json); r3: 1.336 ms decay / 3.025 ms gated
+# delta (h200_r3_decay_1acf97e.json, h200_r3_r0_split_73b83a8.json), r6: 1.277 / 2.809 ms
+# (h200_r6_pipe_f0ac321.json, h200_r6_delta_split_1acf97e.json: the delta family's split schedule); over 8192 tokens
+SEQ_US_PER_TOKEN = {"recurrent": (0.298, 0.332), "shared": (0.1631, 0.369), "tensor_cores": (0.1559, 0.343)}
 # r4 with its default engine (r6), phases 1 and 3 on r3's split schedule (its state kernel in 8 x 4 tiles of 64 value
 # columns) with r6's output kernel for decay: 5.05 ms over 2 x 1,048,576 (figures/data/h200_long_decay_5d63b60.json);
 # phase 3 on r1 for gated delta: 6.51 ms over 2 x 262,144 (figures/data/h200_long_gdn_4adc74d.json)
@@ -255,9 +256,9 @@ def auto_rung(T: int, K: int, V: int, recurrence: str | None = None, chunk_size:
     3xTF32 mma tiles, since 8baed37; it needs C >= 32) is ahead of r3 ``shared`` (1.161 / 1.277 against 1.335 /
     1.446 ms in one run, ``figures/data/h200_r6_pipe_f0ac321.json``), which is ahead of r5 ``warp_roles`` and r1
     ``recurrent``; for the delta rule and the gated delta rule r1 ``recurrent`` is the fastest rung (its state pass
-    does one K x V update per token; the chunked rungs pay for the WY solve and the walk's W S product: r6 2.811 and
-    r3 3.027 ms against r1's 2.717 (another run) for gated delta,
-    ``figures/data/probes/h200_tune_r{6,3}_delta_split_73b83a8.json``, ``figures/data/h200_r1_ecba0d6.json``). So:
+    does one K x V update per token; the chunked rungs pay for the WY solve and the walk's W S product: r6 2.809 and
+    r3 3.025 ms against r1's 2.717 (another run) for gated delta, ``figures/data/h200_r6_delta_split_1acf97e.json``,
+    ``h200_r3_r0_split_73b83a8.json``, ``h200_r1_ecba0d6.json``). So:
     K <= 128
     picks ``tensor_cores`` (additive, or recurrence unknown, at C = 32 or 64; ``shared`` at C = 16) or
     ``recurrent`` (delta family); K <= 256 picks ``chunked``; larger K ``naive``.

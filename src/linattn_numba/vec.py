@@ -123,11 +123,6 @@ def _exp_approx_py(x):
 _RED_LOCK = threading.Lock()
 
 
-def _smid_py():
-    """0 (the simulator's twin of :func:`smid`: it has no SMs; r3's overlapped launch uses its own stand-in there)."""
-    return 0
-
-
 def _red_release_add_py(a, i, x):
     """``a[i] += x`` atomically (the simulator's twin of :func:`red_release_add`; its threads are Python threads)."""
     with _RED_LOCK:
@@ -146,7 +141,6 @@ nvJitLink does not reproduce (150-157 registers both ways), so reading the SASS 
 if config.ENABLE_CUDASIM:
     ld4, st4, st2, prefetch_l2, ld1, st1 = _ld4_py, _st_py, _st_py, _prefetch_py, _ld1_py, _st1_py
     ld_acquire, red_release_add, exp_approx = _ld_acquire_py, _red_release_add_py, _exp_approx_py
-    smid = _smid_py
     cp_async16, cp_async_wait_all = _cp_async16_py, _cp_async_wait_all_py
     cp_async_commit, cp_async_wait_one = _cp_async_commit_py, _cp_async_wait_one_py
     cp_async16_at = _cp_async16_at_py
@@ -466,20 +460,6 @@ else:
                                "l,r,~{memory}", side_effect=True)
             builder.call(asm, [builder.ptrtoint(ptr, i64), val])
             return context.get_dummy_value()
-
-        return sig, codegen
-
-    @intrinsic
-    def smid(typingctx):
-        """``%smid``: the SM this thread's block runs on (0 .. SMs - 1 on the H100 and H200; PTX allows gaps and
-        does not promise it stays fixed, but a resident block is not moved). r3's overlapped launch places its
-        walkers by it (:data:`linattn_numba.rungs.r3_shared.OVERLAP_PLACE`); ``tools/placement_probe.py`` records
-        it for every block of a grid."""
-        sig = types.int32()
-
-        def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(ir.IntType(32), []), "mov.u32 $0, %smid;", "=r", side_effect=True)
-            return builder.call(asm, [])
 
         return sig, codegen
 

@@ -539,23 +539,19 @@ blocks start in; ``tools/placement_probe.py`` counts the SMs that would hold two
 Where the walkers land. The probe, run on an H100 at 7e0e0e6 with the launch's shape and shared memory
 (``figures/data/probes/h100_placement_{1d,3d}_7e0e0e6.json``: a grid of 8,320 blocks, and the claims' (16, 4, 130)),
 found the guess backwards. By index the first 128 blocks land on 120 SMs, 8 of them with two (the hardware deals
-blocks 0, 1, 2, ... to SMs 128, 129, 130, 131, 124, ..., 0, 1, 16, 17, ...: a pair of SMs at a time, mostly one
-block to an SM); by ticket the walkers land on 86-87 SMs, 41-42 of them with two: the first 128 blocks to reach the
-atomic are any of the first wave's 264, about as a random draw would pick them (it would give ~31 SMs with two). So
-the tickets' launch, the faster, runs with about two thirds of its walkers two to an SM and the rest beside an
-output block, and the claims', slower by 5 %, with nearly every walker beside an output block. That points at the
-pairing, not the instructions: an output block (FFMA-bound, 0.09 stall samples per FFMA in its products) takes more
-of an SM's issue slots from a walker than another walker does (the walk's section between its products is mostly
-waits: 0.43 samples per instruction, barrier and memory), and the walk is the critical path while it lasts.
-:data:`OVERLAP_PLACE` "pairs" (:func:`_overlap_kernel`) places them on purpose: two to an SM on the first
-ceil(nwalk/2) SMs by ``%smid``, the output blocks on the others, with hand-backs so that no block waits for a walker
-that nobody runs (an output block that finds its walker not taken takes it; the simulator's tests force that path,
-and ``tests/test_gpu.py::test_r3_overlap_placements`` forces it on the GPU with no walker SMs). Not measured yet: the
-device was not lent again in that session. ``tools/h200.sh r3_place`` times ticket / pairs / ticket / pairs in one
-process (and at B1 T131072 H2, 8 walkers, where the walk is all) and runs the GPU test; :data:`OVERLAP_PLACE` stays
-"ticket" until then. ``tools/sass.py`` (sm_90): 128 registers, 28 bytes spilled with pairs (0 with tickets; one
-reload per slab issue in the output's loop and the walker's index across the output), 108 / 44 in the 4 x 4 tiling
-with h0 and ht.
+blocks to SMs a pair of SMs at a time, mostly one block to an SM); by ticket the walkers land on 86-87 SMs, 41-42 of
+them with two: the first 128 blocks to reach the atomic are any of the first wave's 264, about as a random draw
+would pick them. So the tickets' launch runs about two thirds of its walkers two to an SM, and the claims' nearly
+every walker beside an output block. The next guess was the pairing: an output block (FFMA-bound) might take more of
+an SM's issue slots from a walker than another walker does (the walk between its products is mostly waits). A
+placement that put the walkers two to an SM on purpose, on the first ceil(nwalk/2) SMs by ``%smid`` (with
+hand-backs, so that no block waits for a walker that nobody runs: 61773b4 to 1acf97e, removed after), was timed on
+the H200 at 1acf97e, ticket / pairs / ticket / pairs in one process (``figures/data/probes/
+h200_tune_r3_place_1acf97e.json``): decay 1.339 / 1.425 / 1.338 / 1.426 ms, plain 1.293 / 1.353 / 1.292 / 1.354.
+Pairs were 5-6 % slower, about what the claims lost on the H100. Tickets, which mix the two pairings, beat both:
+walkers all two to an SM and walkers all beside an output block each lose about 5 %. Two guesses fit that, and
+neither was measured: two walkers on one SM wait on the same memory and L1 during the stalls that make up most of a
+walk, and the placement itself cost a second atomic per block and 28 spilled bytes (ptxas, sm_90). Tickets stay.
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule
@@ -634,7 +630,7 @@ import numpy as np
 from numba import config, cuda, float32, types
 
 from .._common import (FLAG_COMBOS, INPUT_DTYPES, SMEM_MAX, array_type, cdiv, launch_dynamic, or_dummy,
-                       rows_aligned, scratch, scratch_key, sm_count)
+                       rows_aligned, scratch, scratch_key)
 from .._common import SMEM_STATIC_LIMIT  # noqa: F401 - r3's name for the 48 KB limit (notebook r3_shared reads it)
 from ..reference import RECURRENCES
 
@@ -663,7 +659,7 @@ BV_DEFAULT = 64
 
 # 128-bit loads and stores (moved to linattn_numba.vec so r1's decode step can use them too)
 from ..vec import (cp_async16_at, cp_async_commit, cp_async_wait_all, cp_async_wait_one, ld1, ld4,  # noqa: E402
-                   exp_approx, ld1_at, ld_acquire, prefetch_l2, red_release_add, smid, st1, st4, st4_at)
+                   exp_approx, ld1_at, ld_acquire, prefetch_l2, red_release_add, st1, st4, st4_at)
 
 
 @cuda.jit(device=True, inline="always")
@@ -2574,7 +2570,7 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
         none = cuda.local.array(1, types.int32)  # no flags: S_c is there (never touched)
         H = q.shape[2]
         body(cuda.shared.array(0, float32), q, k, v, bcum, hs, o, scale, x, lg, cuda.blockIdx.x,
-             cuda.blockIdx.y // H, cuda.blockIdx.y % H, none, 0, 0)
+             cuda.blockIdx.y // H, cuda.blockIdx.y % H, none, 0)
 
     if config.ENABLE_CUDASIM:
         return cuda.jit(out)
@@ -2582,10 +2578,10 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
 
 
 @functools.lru_cache(maxsize=None)
-def _out_body(C, KP, has_g, has_x, products, pad, wait, take=-1):
+def _out_body(C, KP, has_g, has_x, products, pad, wait):
     """The split schedule's output (a device function, ``body(sm, q, k, v, bcum, hs, o, scale, x, lg, c, b, h, flags,
-    ntiles, nwalk) -> -1`` for chunk c of head (b, h); :func:`_out_pipeline` and :func:`_overlap_kernel` run it), one
-    chunk of one head per block (fla's ``chunk_fwd_o``), its copies
+    ntiles)`` for chunk c of head (b, h); :func:`_out_pipeline` and :func:`_overlap_kernel` run it), one chunk of one
+    head per block (fla's ``chunk_fwd_o``), its copies
     overlapped with its products: ``O = scale (diag(gamma) Q S_c + Aqk V)`` with S_c the chunk's starting state,
     written by the state kernel (``store``) to ``hs``. The copies, slabs, buffers and barriers are here; the
     products are ``products`` = (setup, state, gate, value, store), inline device functions on a thread's 32
@@ -2623,11 +2619,7 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, take=-1):
     issued, thread 0 waits until ``flags[1 + bh NC + c]`` counts ``ntiles`` (every value tile of S_c stored by the
     walk), reading it by ``ld.acquire.gpu`` (:func:`linattn_numba.vec.ld_acquire`) while the copies are in flight;
     the barrier that publishes K's and Q's rows then hands its view to the block, and only then is S_c's first slab
-    copied. With ``take`` (>= 0: an int32 slot in shared memory; :data:`OVERLAP_PLACE` "pairs") a block whose chunk
-    is not ready while some of the ``nwalk`` walkers has not been taken (``flags[1 + B H NC]`` counts those taken)
-    takes one instead of waiting, hands its chunk back (:func:`_overlap_kernel`) and returns the walker's index j
-    (value tile j mod ntiles of head j // ntiles) before any product, for the block to walk it; the slot hands j
-    from thread 0 to the block."""
+    copied."""
     C4 = C // 4
     NTH = C4 * C4
     KS, CS = KP + 4, C + 4
@@ -2662,9 +2654,8 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, take=-1):
             sv = (s - NSS) * SR
             cp_val(sm, off, SW, v, b, h, t0 + sv, n - sv, V, col, tid)
 
-    def out(sm, q, k, v, bcum, hs, o, scale, x, lg, c, b, h, flags, ntiles, nwalk):
-        """Chunk c of head (b, h): o[b, t0 + t, h, :V] for the chunk's rows t < n, and -1; or (``take``) the walker
-        that this block takes instead of waiting, its chunk not computed."""
+    def out(sm, q, k, v, bcum, hs, o, scale, x, lg, c, b, h, flags, ntiles):
+        """Chunk c of head (b, h): o[b, t0 + t, h, :V] for the chunk's rows t < n."""
         T, H, K = q.shape[1], q.shape[2], q.shape[3]
         V = v.shape[3]
         bh = b * H + h
@@ -2679,32 +2670,11 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, take=-1):
         cp_async_commit()
         if wait:
             if tid == 0:  # S_c's count, read while K's and Q's rows are on their way
-                NC = (T + C - 1) // C
-                fi = 1 + bh * NC + c
-                took = -1
-                looks = 0
+                fi = 1 + bh * ((T + C - 1) // C) + c
                 while ld_acquire(flags, fi) < ntiles:  # acquire: nothing this block reads later can pass it
-                    if take >= 0 and looks >= OVERLAP_TAKE_LOOKS:  # never wait for a walker that nobody runs
-                        wc = 1 + q.shape[0] * H * NC  # the walkers taken, then the chunks handed back (pushed,
-                        if ld_acquire(flags, wc) < nwalk:  # popped, one slot each)
-                            j = cuda.atomic.add(flags, wc, 1)
-                            if j < nwalk:  # walk j instead; this chunk goes back for a block that finds none left
-                                p = cuda.atomic.add(flags, wc + 1, 1)
-                                cuda.atomic.exch(flags, wc + 3 + p, 1 + c * q.shape[0] * H + bh)
-                                took = j
-                                break
-                    looks += 1
                     _backoff()
-                if take >= 0:
-                    smi = cuda.shared.array(0, types.int32)  # the same bytes as sm
-                    smi[take] = took
             cp_async_wait_all()
             cuda.syncthreads()  # K's and Q's rows and b in place; S_c is there (thread 0 saw the walk's releases)
-            if take >= 0:
-                smi = cuda.shared.array(0, types.int32)
-                took = smi[take]
-                if took >= 0:  # a walker instead (the copies have landed: the walk may overwrite them)
-                    return took
         issue(sm, v, hs, b, h, bh, c, t0, n, V, S0[0], COL0[0], buf(0), tid)  # slab 0 into X0: lands during the scores
         cp_async_commit()
         if not wait:
@@ -2762,7 +2732,6 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, take=-1):
             col = col1
             col3 = col3 if s3 < NSP - 1 else col3 + CBW
             s3 = s3 + 1 if s3 < NSP - 1 else 0
-        return -1
 
     return cuda.jit(device=True, inline="always")(out)
 
@@ -2777,12 +2746,6 @@ def _out_kernel(C, KP, has_g, has_x=False):
 # The state walk and the output kernel at once (OVERLAP): one launch, two roles
 OVERLAP = True  # the split schedule's default: _overlap_kernel where it runs (read at launch; tune_r3.py --vary)
 OVERLAP_SLEEP_NS = 200  # a waiting output block's thread 0 sleeps this long between two looks at its count
-OVERLAP_PLACES = ("ticket", "pairs")
-OVERLAP_PLACE = "ticket"  # which blocks walk (read at launch; _overlap_kernel says how and why)
-OVERLAP_WALKER_SMS = None  # "pairs": the SMs that host walkers, 0 .. n - 1; None: ceil(nwalk / 2), at most all SMs
-# looks at its count before a waiting output block's thread 0 may take a walker that no block has taken ("pairs";
-# the simulator runs one block after another: there the first look that fails takes one, or it would wait forever)
-OVERLAP_TAKE_LOOKS = 0 if config.ENABLE_CUDASIM else 16
 
 if config.ENABLE_CUDASIM:
     @cuda.jit(device=True)
@@ -2799,20 +2762,9 @@ else:
         cuda.nanosleep(OVERLAP_SLEEP_NS)
 
 
-if config.ENABLE_CUDASIM:
-    @cuda.jit(device=True)
-    def _block_sm():
-        """The simulator has no SMs: block x stands in for SM x mod 3, so that in a test some blocks find their
-        "SM" hosting walkers and some do not (:data:`OVERLAP_PLACE` "pairs")."""
-        return cuda.blockIdx.x % 3
-else:
-    _block_sm = smid
-
-
 @cuda.jit
 def _zero_flags(flags):
-    """flags[:] = 0 (the ticket counter, every chunk's count and the walkers' counts, before each overlapped
-    launch)."""
+    """flags[:] = 0 (the ticket counter and every chunk's count, before each overlapped launch)."""
     i = cuda.grid(1)
     if i < flags.shape[0]:
         flags[i] = 0
@@ -2823,119 +2775,64 @@ def _flags(n, stream):
     return _scratch("overlap_flags", (n,), stream, np.int32)
 
 
-def overlap_flags_len(BH, NC, nwalk):
-    """Ints of the overlapped launch's counts: the tickets, every chunk's count (B H NC), and for "pairs" the walkers
-    taken, the chunks handed back and popped, and a slot for each handed back (at most one a walker)."""
-    return 4 + BH * NC + nwalk
-
-
 @functools.lru_cache(maxsize=None)
-def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_floats, place="ticket"):
+def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_floats):
     """The split schedule's state walk and its output in one launch (:data:`OVERLAP`), so that the output of the
     chunks already walked is computed while the walk goes on.
 
     Why: at the standard shape the walk is B H V / BV = 128 blocks of 256 threads (:func:`split_tile`) for 132 SMs:
     about one per SM, leaving more than half of its 227 KB of shared memory and half its registers idle for the 0.56 ms
     of the walk; then the output kernel's 8,192 independent blocks (0.89 ms) fill every SM. Here both roles are blocks
-    of one grid of 256 threads (launch bounds (256, 2): two per SM, whatever their roles), and an output block of
-    chunk c waits only for S_c, not for the whole walk.
+    of one grid of ``nwalk + NC B H`` blocks of 256 threads (launch bounds (256, 2): two per SM, whatever their roles),
+    and an output block of chunk c waits only for S_c, not for the whole walk.
 
-    Who walks (``place``, :data:`OVERLAP_PLACE`), in both cases never by block index alone: a block that waits
-    for a walker that no block has started could, with others like it, fill the GPU and wait forever. The walkers
-    never wait on output blocks.
+    Roles by ticket, not by block index: thread 0 of each block takes the next number from ``flags[0]`` (an atomic
+    add) when the block starts. Tickets below ``nwalk`` walk (value tile t mod ntiles of head t // ntiles,
+    :func:`_split_state_body` with ``signal``), the rest compute chunk u // (B H) of head u mod (B H) (u = t -
+    nwalk; chunk-major, the order the walk makes them ready; :func:`_out_body` with ``wait``). A block holds a
+    ticket only once it runs, so every walker is resident before any output block can wait on it, whatever order
+    the hardware starts blocks in: no deadlock (by block index, output blocks started first could fill the GPU and
+    wait forever for walkers that cannot start). The walkers never wait on output blocks. The simulator checks it
+    with its blocks run last to first (``tests/test_r3_shared.py::test_overlap_any_block_order``; there a block that
+    would have to wait raises at once: :func:`_backoff`).
 
-    * ``"ticket"``: a grid of ``nwalk + NC B H`` blocks. Thread 0 of each block takes the next number from
-      ``flags[0]`` (an atomic add) when the block starts. Tickets below ``nwalk`` walk (value tile t mod ntiles of
-      head t // ntiles, :func:`_split_state_body` with ``signal``), the rest compute chunk u // (B H) of head u mod
-      (B H) (u = t - nwalk; chunk-major, the order the walk makes them ready; :func:`_out_body` with ``wait``). A
-      block holds a ticket only once it runs, so every walker is resident before any output block can wait on it.
-      Which SMs the walkers land on is then up to the race for the tickets: on an H100 the first 128 tickets of a
-      grid of this shape went to blocks on 87 SMs, 41 of them holding two (``tools/placement_probe.py``,
-      ``figures/data/probes/h100_placement_1d_7e0e0e6.json``).
-    * ``"pairs"``: the same grid and one role a block, the walkers two to an SM on the first ``npair`` SMs
-      (ceil(nwalk / 2), :data:`OVERLAP_WALKER_SMS`): a block whose SM (``%smid``, :func:`linattn_numba.vec.smid`;
-      the simulator's stand-in: :func:`_block_sm`) is below ``npair`` takes the next walker from ``flags[1 + B H
-      NC]`` while any is left, every block the next ticket from ``flags[0]`` (the two atomics at once: one round
-      trip), and a block with a walker hands its ticket's chunk back (below). Nothing makes those SMs run blocks
-      (another kernel, or a partition of the GPU, may hold them), so no block may wait for a walker that nobody
-      has taken: an output block whose chunk is still not ready after :data:`OVERLAP_TAKE_LOOKS` looks, while
-      walkers are left, takes one and walks it instead, handing its chunk back (pushed to a slot past the count,
-      ``flags[B H NC + 4 + p]``); a block that finds no fresh chunk left takes a walker still left, else pops a
-      chunk handed back. The grid has one block per role and every block takes one ticket, so there are as many
-      such pops as chunks handed back, and each chunk is pushed by a block that took its walker before the
-      walkers ran out, before any pop: a pop waits only for a push already on its way. The chunks of the first
-      tickets, which the first walkers hand back, are thus computed by the grid's last blocks. Why pairs: the
-      module docstring ("Where the walkers land"); not measured yet.
-
-    Shared memory: the larger of the two layouts, and eight ints past it (``out_floats``: the output layout's
-    floats; r6's pads its slabs): the walker a block runs (-1: none), an output block's chunk and head (b, h), which
-    thread 0 works out once (two 64-bit divisions by values known only at run time, ~100 instructions that every
-    warp ran when each worked them out), and the walker that a waiting output block took ("pairs"). The same
-    results as the two kernels, bit for bit: the same products in the same order."""
-    if place not in OVERLAP_PLACES:
-        raise ValueError(f"rung {NAME!r}: OVERLAP_PLACE must be one of {OVERLAP_PLACES}, got {place!r}")
+    Shared memory: the larger of the two layouts, and four ints past it (``out_floats``: the output layout's
+    floats; r6's pads its slabs): the ticket, and for an output block its chunk and head (b, h), which thread 0
+    works out once (two 64-bit divisions by values known only at run time, ~100 instructions that every warp ran
+    when each worked them out). The same results as the two kernels, bit for bit: the same products in
+    the same order."""
     NTH = split_state_threads(KP, BV, rows)
     if NTH != (C // 4) ** 2:
         raise ValueError(f"rung {NAME!r}: the overlapped kernel needs the walk's {NTH} threads per block to be the "
                          f"output's {(C // 4) ** 2}")
-    pairs = place == "pairs"
-    SLOT = max(_split_state_layout(C, KP, BV)[-1], out_floats)  # the block's roles, past both roles' arrays
     walk = _split_state_body(C, KP, BV, has_g, has_h0, has_ht, False, rows, True)
-    out = _out_body(C, KP, has_g, False, products, pad, True, SLOT + 4 if pairs else -1)
+    out = _out_body(C, KP, has_g, False, products, pad, True)
+    SLOT = max(_split_state_layout(C, KP, BV)[-1], out_floats)  # the ticket and its map, past both roles' arrays
 
-    def overlap(q, k, v, bcum, h0, ht, hs, o, scale, flags, nwalk, ntiles, npair):
-        """"ticket": block with ticket t walks value tile t mod ntiles of head t // ntiles (t < nwalk), else computes
-        the output of chunk u // (B H) of head u mod (B H), u = t - nwalk. "pairs": a block on an SM below ``npair``
-        walks the next walker j left (value tile j mod ntiles of head j // ntiles); any other block computes the
-        output of chunk u // (B H) of head u mod (B H), u its ticket."""
+    def overlap(q, k, v, bcum, h0, ht, hs, o, scale, flags, nwalk, ntiles):
+        """Block with ticket t: value tile t mod ntiles of head t // ntiles walks (t < nwalk), else the output of
+        chunk u // (B H) of head u mod (B H), u = t - nwalk."""
         sm = cuda.shared.array(0, float32)
         smi = cuda.shared.array(0, types.int32)  # the same bytes (dynamic shared arrays all start at one address)
         if cuda.threadIdx.x == 0:
-            H = q.shape[2]
-            BH = q.shape[0] * H
-            j = -1
-            if pairs:
-                NCBH = BH * ((q.shape[1] + C - 1) // C)
-                wc = 1 + NCBH  # walkers taken; then the chunks handed back: pushed, popped, a slot each
-                if _block_sm() < npair:  # an SM that hosts walkers: take one while any is left (both atomics in
-                    j = cuda.atomic.add(flags, wc, 1)  # flight at once: one round trip)
-                u = cuda.atomic.add(flags, 0, 1)  # every block takes a ticket: one block per role
-                if j >= nwalk:
-                    j = -1
-                if u >= NCBH:  # no fresh chunk left: a walker still left (none of its SMs took it), else a chunk
-                    u = -1  # handed back (as many such blocks as chunks handed back: one each)
-                    if j < 0:
-                        j = cuda.atomic.add(flags, wc, 1)
-                        if j >= nwalk:
-                            j = -1
-                            r = cuda.atomic.add(flags, wc + 2, 1)
-                            while u < 0:  # pushed by a block that took its walker before these ran out: running
-                                u = ld_acquire(flags, wc + 3 + r) - 1
-                                if u < 0:
-                                    _backoff()
-                elif j >= 0:  # a walker and a fresh chunk: the chunk goes back, for a block that finds none left
-                    p = cuda.atomic.add(flags, wc + 1, 1)
-                    cuda.atomic.exch(flags, wc + 3 + p, 1 + u)
-                    u = -1
-            else:
-                u = cuda.atomic.add(flags, 0, 1)
-                if u < nwalk:
-                    j = u
-                u -= nwalk
-            smi[SLOT] = j
-            if u >= 0:  # an output block's chunk and head, by one thread (divisions: ~100 instructions a warp)
+            t = cuda.atomic.add(flags, 0, 1)
+            smi[SLOT] = t
+            if t >= nwalk:  # an output block's chunk and head, by one thread (divisions: ~100 instructions a warp)
+                H = q.shape[2]
+                u = t - nwalk
+                BH = q.shape[0] * H
                 c = u // BH
                 bh = u - c * BH
                 smi[SLOT + 1] = c
                 smi[SLOT + 2] = bh // H
                 smi[SLOT + 3] = bh % H
-        cuda.syncthreads()  # the block's role, for every thread
-        j = smi[SLOT]
-        if j < 0:  # "pairs": -1, or a walker taken instead of waiting
-            j = out(sm, q, k, v, bcum, hs, o, scale, h0, bcum, smi[SLOT + 1], smi[SLOT + 2], smi[SLOT + 3], flags,
-                    ntiles, nwalk)
-        if j >= 0:
-            walk(sm, k, v, bcum, h0, ht, hs, bcum, j % ntiles, j // ntiles, flags)
+        cuda.syncthreads()  # the ticket (and an output block's map), for every thread
+        t = smi[SLOT]
+        if t < nwalk:
+            walk(sm, k, v, bcum, h0, ht, hs, bcum, t % ntiles, t // ntiles, flags)
+        else:
+            out(sm, q, k, v, bcum, hs, o, scale, h0, bcum, smi[SLOT + 1], smi[SLOT + 2], smi[SLOT + 3], flags,
+                ntiles)
 
     if config.ENABLE_CUDASIM:
         return cuda.jit(overlap)
@@ -2943,8 +2840,8 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
 
 
 def overlap_bytes(C, KP, BV, out_floats):
-    """Dynamic shared memory of :func:`_overlap_kernel`: the larger layout and the block's roles (eight ints)."""
-    return (max(_split_state_layout(C, KP, BV)[-1], out_floats) + 8) * np.dtype(np.float32).itemsize
+    """Dynamic shared memory of :func:`_overlap_kernel`: the larger layout, the ticket and an output block's map."""
+    return (max(_split_state_layout(C, KP, BV)[-1], out_floats) + 4) * np.dtype(np.float32).itemsize
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -3142,14 +3039,11 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         todo.append(("gates", lambda: _gates_launch(g, bcum, C, stream)))
     if overlap:
         products, pad, out_floats = parts
-        kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats,
-                                 OVERLAP_PLACE)
+        kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats)
+        flags = _flags(1 + BH * NC, stream)
         nwalk = cdiv(V, BV) * BH
-        flags = _flags(overlap_flags_len(BH, NC, nwalk), stream)
-        npair = min(sm_count(), cdiv(nwalk, 2)) if OVERLAP_WALKER_SMS is None else OVERLAP_WALKER_SMS
-        nblocks = NC * BH + nwalk
         args_v = (q, k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags, np.int32(nwalk),
-                  np.int32(cdiv(V, BV)), np.int32(npair))
+                  np.int32(cdiv(V, BV)))
         smem_v = overlap_bytes(C, KP, BV, out_floats)
 
         def overlapped():
@@ -3158,8 +3052,8 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
             if has_g:
                 _gates_launch(g, bcum, C, stream, flags)
             else:
-                _launch(_zero_flags, cdiv(flags.shape[0], 256), 256, 0, stream, (flags,))
-            _launch(kern_v, nblocks, nth_s, smem_v, stream, args_v)
+                _launch(_zero_flags, cdiv(1 + BH * NC, 256), 256, 0, stream, (flags,))
+            _launch(kern_v, nwalk + NC * BH, nth_s, smem_v, stream, args_v)
 
         todo.append(("overlap", overlapped))
         return todo
@@ -3316,12 +3210,11 @@ def compile_targets():
                     # ht), 4 x 4 with h0 and ht (the GPU tier's shapes)
                     i1 = types.Array(types.int32, 1, "C")
                     for bv_, rows_, lab, st in ((64, 8, "", False), (32, 4, ",4x4,h0,ht", True)):
-                        for place in OVERLAP_PLACES:  # "ticket" (the default) first: what tools/sass.py finds
-                            yield (f"overlap[{rec}{lab},{place}]",
-                                   _overlap_kernel(C, KP, bv_, rows_, has_g, st, st, _out_fma_products(C, KP), 0,
-                                                   _out_layout(C, KP)[-1], place).py_func,
-                                   (x4, x4, x4, s2, a4 if st else s4, a4 if st else s4, s3, a4, f32, i1, types.int32,
-                                    types.int32, types.int32))
+                        yield (f"overlap[{rec}{lab}]",
+                               _overlap_kernel(C, KP, bv_, rows_, has_g, st, st, _out_fma_products(C, KP), 0,
+                                               _out_layout(C, KP)[-1]).py_func,
+                               (x4, x4, x4, s2, a4 if st else s4, a4 if st else s4, s3, a4, f32, i1, types.int32,
+                                types.int32))
                     yield (f"out[{rec}]", _out_kernel(C, KP, has_g).py_func, (x4, x4, x4, s2, s3, a4, f32, s4, s2))
                     yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True).py_func,
                            (x4, x4, x4, s2, s3, a4, f32, a4, s2))

@@ -324,8 +324,6 @@ from numba import cuda, float32, types
 
 from .. import sim
 from .._common import INPUT_DTYPES, array_type, cdiv, or_dummy, scratch
-from .._common import DEFAULT_SMS  # noqa: F401 - r4's name for it, read by notebook r5
-from .._common import sm_count as _sm_count  # r4's name for it, read by the API
 
 NAME = "scan"
 MAX_K = 256  # the chain kernel's shared [K, 32] tile (32 KB) and 32 rows per thread at K = 256
@@ -376,6 +374,7 @@ RESIDENT_ADD = 8  # sequential walkers wanted per SM, additive family (r2's stat
 RESIDENT_DELTA = 2
 MIN_SEG_CHUNKS = 2  # a segment keeps at least this many chunks
 ENGINE_BV = 32  # value columns per walker of the engine's state pass (r2's BV)
+DEFAULT_SMS = 132  # the H200, when the device cannot be asked (the simulator)
 
 THREADS = 256  # element-wise kernels
 SEGSUM_THREADS = 128
@@ -858,6 +857,16 @@ def split_out_module(K, V, chunk_size):
         return None
     tc = module("tensor_cores")
     return tc if tc.out_pipe_fits(K, V, chunk_size, False, True, True) else None
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count() -> int:
+    if sim.active():
+        return DEFAULT_SMS
+    try:
+        return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+    except Exception:  # noqa: BLE001 - no context yet / no device: the H200's count
+        return DEFAULT_SMS
 
 
 def choose_num_segments(B, T, H, K, V, chunk_size, delta, n_sm=None):

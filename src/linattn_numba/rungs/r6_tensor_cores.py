@@ -89,8 +89,9 @@ the intra kernel in state-only mode, r3's walk storing S_c and V_new = U - W S_c
 kernel on V_new (C >= 32): gated delta at the standard shape 2.811 ms (intra 1.042, walk 1.137, out 0.635) against
 the fused schedule's 3.484 in the same run (``figures/data/probes/h200_tune_r6_delta_split_73b83a8.json``). The
 whole forward on an H100 (80 GB HBM3, the device tool's other card) beside fla's ``chunk_gated_delta_rule`` in one
-process: delta 2.721 ms, gated delta 2.812 against fla's 2.579 (``probes/h100_r6_delta_split_6451052.json``; the
-README's H200 rows for r6's delta family are still the fused schedule's). Its
+process: delta 2.721 ms, gated delta 2.812 against fla's 2.579 (``probes/h100_r6_delta_split_6451052.json``); on
+the H200 at 1acf97e: delta 2.706 ms (r3 2.919 in the same run; fla's chunk delta rule refuses float32), gated delta
+2.809 against fla's 2.357, 1.19x (``figures/data/h200_r{3,6}_delta_split_1acf97e.json``, the README's rows). Its
 intra kernel for the additive family is the tensor-core one (:func:`_intra_add_kernel`, :data:`INTRA`: 0.60 / 0.70
 ms against r3's 0.68 / 0.75 for plain / decay, ``probes/h200_tune_r6_intra_7741f24.json``).
 
