@@ -185,3 +185,22 @@ def test_varied_constants():
     assert bench.varied_constants(None) == ([], [()])
     with pytest.raises(SystemExit, match="r3_shared has no X_PREFETCH"):
         bench.varied_constants(["r3_shared.X_PREFETCH=none,l1"])
+
+
+def test_fma_peak_kernel_matches_its_closed_form():
+    """The fp32-peak probe of ``linattn-numba bench`` computes what it claims (in the simulator, a few threads): the
+    bench checks the same closed form on the GPU before it times the kernel, so a miscompiled or short-cut loop
+    fails there instead of reporting a rate."""
+    import numpy as np
+    from numba import cuda
+
+    from linattn_numba import fma_peak as fp
+
+    out = cuda.to_device(np.full(40, np.nan, np.float32))
+    for iters in (1, 3):
+        fp.fma_peak[2, 16](out, np.float32(fp.A), np.float32(fp.B), np.int64(iters))
+        got = out.copy_to_host()
+        want = fp.expected(iters)
+        assert np.all(np.abs(got[:32] - want) <= 1e-5 * abs(want)), (got[:4], want)
+        assert np.isnan(got[32:]).all()  # threads past the grid write nothing
+    assert fp.expected(1) != fp.expected(3)

@@ -172,3 +172,27 @@ def test_placement_probe_compiles():
     assert r.returncode == 0, r.stderr[-3000:]
     counts = dict(line.rsplit(" ", 1) for line in r.stdout.splitlines())
     assert all(int(counts[s]) >= 1 for s in ("%smid", "%globaltimer", "atom.global.add")), r.stdout
+
+
+_FMA_PEAK = r"""
+from numba import cuda, types
+from linattn_numba import fma_peak
+sig = (types.float32[::1], types.float32, types.float32, types.int64)
+ptx, _ = cuda.compile_ptx(fma_peak.fma_peak.py_func, sig, cc=(9, 0))
+print(ptx.count("fma.rn.f32"), ptx.count("mul.f32"), ptx.count(".local"))
+"""
+
+
+@pytest.mark.compile
+def test_fma_peak_kernel_is_multiply_adds():
+    """The bench's fp32-peak probe (``fma_peak.fma_peak``, timed by ``bench.bench_fp32_peak``: the denominator of
+    every rung's share of the FMA rate) compiles to what it claims to measure: one ``fma.rn.f32`` per chain and step
+    of its unrolled loop (the multiply and add contracted, no separate ``mul``), chains in registers (no local
+    memory)."""
+    from linattn_numba import fma_peak
+
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    r = subprocess.run([sys.executable, "-c", _FMA_PEAK], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    fma, mul, local = (int(x) for x in r.stdout.split())
+    assert fma == fma_peak.CHAINS * fma_peak.UNROLL and mul == 0 and local == 0

@@ -227,3 +227,28 @@ def test_tune_keeps_each_kernels_newest_sweep(tmp_path):
     (d / "new.json").write_text(json.dumps(new))
     tune = figures.load(str(d)).tune
     assert [t["median_ms"] for t in tune] == [4.0, 0.14]
+
+
+def test_fp32_share_column(tmp_path):
+    """With an ``fp32_peak`` record, each rung's row carries its TFLOP/s as a share of that measured rate (peers
+    and ceilings leave the cell empty); without one, the share is of the datasheet rate, and the note says so."""
+    d, _, new = _write_data(tmp_path)
+    data = figures.load(d)
+    peak = next(r for r in data.records if r["key"] == "fp32_peak")["tflops"]
+    text = figures.results_markdown(data)
+    assert "| of fp32 FMA |" in text and f"the {peak:.1f} TFLOP/s" in text
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 10 and cells[1] in ("rung", "peer", "ceiling"):
+            rows.setdefault((cells[0], cells[1], cells[2], cells[3]), cells)
+    rung = next(r for r in data.records if r.get("kind") == "rung" and figures.timed(r) and r.get("tflops"))
+    cells = rows[(rung["key"], "rung", rung["recurrence"], figures.shape_str(figures.shape_tuple(rung)))]
+    assert cells[7] == f"{100 * rung['tflops'] / peak:.0f} %"
+    assert all(c[7] == "" for k, c in rows.items() if k[1] != "rung")
+    # the committed data alone has no fp32_peak: the datasheet rate, named as such
+    d2 = tmp_path / "only_real"
+    d2.mkdir()
+    (d2 / "h200.json").write_text(json.dumps(_real()))
+    text2 = figures.results_markdown(figures.load(d2))
+    assert f"{figures.DATASHEET_FP32_TFLOPS:.0f} TFLOP/s fp32 datasheet rate" in text2

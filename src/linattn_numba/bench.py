@@ -366,6 +366,37 @@ def bench_copy(timer, nbytes=2**30):
     return rec
 
 
+def bench_fp32_peak(timer, iters=2048, blocks_per_sm=8, threads=256):
+    """The fp32 FMA rate this GPU sustains (the compute roofline of this run, and the denominator of "the achieved
+    fraction of the fp32 FMA rate"): every SM full of threads that only multiply-add
+    (:func:`linattn_numba.fma_peak.fma_peak`).
+    Verified, then timed: every thread's result is checked against the float64 closed form
+    (:func:`linattn_numba.fma_peak.expected`) before the kernel is timed. FLOPs: 2 per multiply-add."""
+    from numba import cuda
+
+    from . import fma_peak as fp
+
+    dev = cuda.get_current_device()
+    nblocks = dev.MULTIPROCESSOR_COUNT * blocks_per_sm
+    n = nblocks * threads
+    out = cuda.device_array(n, np.float32)
+    a, b = np.float32(fp.A), np.float32(fp.B)
+    flops = 2.0 * n * iters * fp.UNROLL * fp.CHAINS
+    rec = {"key": "fp32_peak", "kind": "ceiling", "flops": flops, "threads": n, "chains": fp.CHAINS,
+           "steps": iters * fp.UNROLL, "nominal_tflops": fp.nominal_tflops()}
+    fn = lambda: fp.fma_peak[nblocks, threads](out, a, b, np.int64(iters))  # noqa: E731
+    fn()
+    got = out.copy_to_host()
+    want = fp.expected(iters)
+    rec["rel_err"] = float(np.max(np.abs(got.astype(np.float64) - want)) / abs(want))
+    if not rec["rel_err"] <= 1e-4:  # float32 rounding of a contraction stays near 1 ulp a chain
+        rec["error"] = f"failed the closed-form check: rel err {rec['rel_err']:.3g} > 1e-4"
+        return rec
+    rec.update(timer.time(fn))
+    rec["tflops"] = flops / rec["median_ms"] / 1e9
+    return rec
+
+
 TUNE_CONFIGS = (  # (COLS, NW, TC, NS, ASYNC) for r1 (COLS <= NS; ASYNC 1: cp.async double buffer)
     (2, 8, 32, 8, 1), (2, 8, 32, 8, 0), (2, 8, 16, 8, 1), (1, 8, 32, 4, 1), (1, 8, 32, 4, 0),
     (2, 4, 32, 8, 1), (4, 8, 32, 16, 1),
@@ -506,6 +537,7 @@ def run(args) -> dict:
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "records": []}
     result["records"].append(bench_copy(timer))
+    result["records"].append(bench_fp32_peak(timer))
     if args.tune:  # first, so the sweep below runs r1 with the launch shape this device prefers
         tune_recs = getattr(args, "tune_recurrences", "gated_delta").split(",")
         result["tune"] = ([r for rec in tune_recs for r in tune_recurrent(timer, recurrence=rec)]
@@ -541,8 +573,10 @@ def run(args) -> dict:
 
 def print_table(result):
     copy = next((r for r in result["records"] if r["key"] == "copy"), None)
-    print(f"device: {result['device']['name']}  git {result['git_sha'][:12]}  "
-          f"copy {copy['gbps'] / 1e3:.2f} TB/s" if copy else "")
+    peak = next((r for r in result["records"] if r["key"] == "fp32_peak" and "tflops" in r), None)
+    print(f"device: {result['device']['name']}  git {result['git_sha'][:12]}"
+          + (f"  copy {copy['gbps'] / 1e3:.2f} TB/s" if copy else "")
+          + (f"  fp32 FMA {peak['tflops']:.1f} TFLOP/s" if peak else ""))
     print(f"{'key':40s} {'recurrence':12s} {'shape':22s} {'ms':>10s} {'TFLOP/s':>8s} {'GB/s':>8s} {'rel err':>9s}")
     for r in result["records"]:
         if r["key"] == "copy":
