@@ -230,11 +230,16 @@ def test_tune_keeps_each_kernels_newest_sweep(tmp_path):
 
 
 def test_fp32_share_column(tmp_path):
-    """With an ``fp32_peak`` record, each rung's row carries its TFLOP/s as a share of that measured rate (peers
-    and ceilings leave the cell empty); without one, the share is of the datasheet rate, and the note says so."""
-    d, _, new = _write_data(tmp_path)
+    """With an ``fp32_peak`` record, each FMA rung's row carries its TFLOP/s as a share of that measured rate (peers,
+    ceilings and the tensor-core rungs leave the cell empty); without one, the share is of the datasheet rate, and
+    the note says so."""
+    d, _, _ = _write_data(tmp_path)
     data = figures.load(d)
     peak = next(r for r in data.records if r["key"] == "fp32_peak")["tflops"]
+    rungs = [r for r in data.records if r.get("kind") == "rung" and figures.timed(r) and r.get("tflops")]
+    fma = next(r for r in rungs if r["key"] not in figures.TENSOR_CORE_RUNGS)
+    tc = dict(fma, key=figures.TENSOR_CORE_RUNGS[-1])  # the same rates under a tensor-core rung's name
+    data.records.append(tc)
     text = figures.results_markdown(data)
     assert "| of fp32 FMA |" in text and f"the {peak:.1f} TFLOP/s" in text
     rows = {}
@@ -242,9 +247,8 @@ def test_fp32_share_column(tmp_path):
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) == 10 and cells[1] in ("rung", "peer", "ceiling"):
             rows.setdefault((cells[0], cells[1], cells[2], cells[3]), cells)
-    rung = next(r for r in data.records if r.get("kind") == "rung" and figures.timed(r) and r.get("tflops"))
-    cells = rows[(rung["key"], "rung", rung["recurrence"], figures.shape_str(figures.shape_tuple(rung)))]
-    assert cells[7] == f"{100 * rung['tflops'] / peak:.0f} %"
+    cell = lambda r: rows[(r["key"], "rung", r["recurrence"], figures.shape_str(figures.shape_tuple(r)))][7]  # noqa
+    assert cell(fma) == f"{100 * fma['tflops'] / peak:.0f} %" and cell(tc) == ""
     assert all(c[7] == "" for k, c in rows.items() if k[1] != "rung")
     # the committed data alone has no fp32_peak: the datasheet rate, named as such
     d2 = tmp_path / "only_real"
