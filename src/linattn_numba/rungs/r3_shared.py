@@ -128,6 +128,16 @@ Summed: ~2.3 GiB and ~85 kFLOP per token-head (44 GFLOP) for the additive recurr
 (81 GFLOP) for the delta rule; the definition's count (``bench.counted_flops``) is 66-115 kFLOP. At the fp32
 FMA peak (~67 TFLOP/s) that is 0.66 / 1.2 ms, at 4 TB/s 0.6 / 0.9 ms.
 
+The fp32 FMA rate a GPU really sustains is measured by every bench run (``fp32_peak``, :mod:`linattn_numba.fma_peak`:
+nothing but independent multiply-adds, checked against their closed form). On an H100, whose 132 SMs and 1.98 GHz
+clock the H200 shares, it is 60.3 TFLOP/s, 90 % of the nominal 66.9; in the same process the overlapped split
+schedule ran decay in 1.347 ms, ~44 GFLOP as executed: 33 TFLOP/s, 55 % of the measured rate (53 % by the
+definition's count), and plain in 1.294 ms, fla ``chunk_simple_gla`` (TF32 tensor cores) taking 1.045 / 0.978 ms
+there (``figures/data/probes/h100_r3_peak_bac96e8.json``). Where the rest of the FMA rate goes (the H100 profile at
+2fa709f, below): a quarter of the instructions issued are not FMAs, and in 31 % of the schedulers' cycles no warp
+is eligible (waiting on shared loads, at barriers, at the ticket). No H200 was lent for that run; the README's table
+divides by the datasheet rate until one is.
+
 How the tiles were chosen
 -------------------------
 ``tools/tune_r3.py`` times every (C, BV) candidate per recurrence at the standard shape on the H200, each kernel
