@@ -228,10 +228,9 @@ def markdown_table(records, peak=None) -> str:
     (fp32 TFLOP/s, :func:`ceilings`): adds each rung's effective TFLOP/s as a share of it (rungs on the FMA units
     only: the peers and :data:`TENSOR_CORE_RUNGS` run products on the tensor cores, where it is not the ceiling)."""
     pk = peak is not None and peak > 0
-    head = ("| implementation | kind | recurrence | shape | dtype | median ms | TFLOP/s | " + ("of fp32 FMA | " if pk
-                                                                                          else "")
-            + "GB/s | rel err |\n|---|---|---|---|---|--:|--:|" + ("--:|" if pk else "") + "--:|--:|")
-    rows = [head]
+    cols = ["implementation", "kind", "recurrence", "shape", "dtype", "median ms", "TFLOP/s"]
+    cols += ["of fp32 FMA"] * pk + ["GB/s", "rel err"]
+    rows = ["| " + " | ".join(cols) + " |", "|" + "---|" * 5 + "--:|" * (len(cols) - 5)]
     for r in records:
         if timed(r):
             ms = _num(r["median_ms"], "ms")
