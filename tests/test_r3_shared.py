@@ -707,12 +707,14 @@ def test_wy_inverse_against_numpy(C):
     assert rel_err(a, want) >= TOL_FP32
 
 
-@pytest.mark.parametrize("C,T,H,zero", [(64, 150, 3, True), (16, 37, 2, False), (32, 1, 1, True)], ids=str)
+@pytest.mark.parametrize("C,T,H,zero", [(64, 150, 3, True), (16, 37, 2, False), (32, 1, 1, True), (16, 20, 35, True)],
+                         ids=str)
 def test_gates_kernel(C, T, H, zero):
     """The gates kernel: b_t, the in-chunk cumulative log-gates, bit for bit the float32 sums in order (each chunk
-    from zero, loaded in batches of GATES_BATCH: two batches at C = 64), rows past T the chunk's last b, never
-    increasing; float16 gates converted on load; with ``zero`` it also zeroes the overlapped launch's counts (more
-    counts than chunks here), without it leaves them alone."""
+    from zero, summed in batches of GATES_BATCH: two batches at C = 64), rows past T the chunk's last b, never
+    increasing; float16 gates converted on load; more heads than a block takes (H = 35: two head tiles, the second
+    of 3); with ``zero`` it also zeroes the overlapped launch's counts (more counts than the grid has threads at
+    the first shapes), without it leaves them alone."""
     rng = np.random.default_rng(C + T)
     B = 2
     NC = -(-T // C)
@@ -720,10 +722,11 @@ def test_gates_kernel(C, T, H, zero):
         g = (-rng.exponential(0.5, size=(B, T, H))).astype(dtype)
         g[0, 0, 0] = -40.0  # a strong gate: the sums far from zero
         bcum = cuda.to_device(np.full((B * H, NC * C), np.nan, np.float32))
-        flags = cuda.to_device(np.full(B * H * NC + 5, 7, np.int32))
+        grid = r3._gates_grid(B, T, H, C)
+        nflags = max(B * H * NC, int(np.prod(grid)) * r3.GATES_THREADS) + 5
+        flags = cuda.to_device(np.full(nflags, 7, np.int32))
         kern = r3._gates_kernel(C, zero)
-        n = B * H * NC + 5
-        kern[-(-n // r3.GATES_THREADS), r3.GATES_THREADS](cuda.to_device(g), bcum, flags)
+        kern[grid, r3.GATES_THREADS](cuda.to_device(g), bcum, flags)
         got = bcum.copy_to_host()
         want = np.zeros((B * H, NC * C), np.float32)
         for bh in range(B * H):

@@ -256,8 +256,9 @@ schedule computes it inside the sequential walk: one block of 512 threads per SM
 shape) issues both products. ``schedule="split"`` takes it out, as fla's chunk kernels do (and r6 on the tensor
 cores), at the price of a buffer of every chunk's starting state::
 
-    gates   (heads x chunks threads)        bcum = in-chunk cumulative log-gates (decay only; :func:`_gates_kernel`:
-                                            32 loads in flight a thread; it also zeroes the overlapped launch's counts)
+    gates   grid (NT, H / 32, B), 64        bcum = in-chunk cumulative log-gates (decay only; :func:`_gates_kernel`:
+            threads                         a chunk of 32 heads a block, loaded and stored coalesced through shared
+                                            memory; it also zeroes the overlapped launch's counts)
     state   grid (V / BV, B H), 256         per chunk: hs[c] = S (4 128-bit stores a thread), then
             threads (:func:`_split_state_   S <- gamma_C S + K^T diag(gamma_C / gamma) V (P2 only; BV = 64 in
             kernel`)                        8 x 4 tiles, :func:`split_tile`: two blocks per SM, 128 blocks);
@@ -1790,59 +1791,90 @@ SPLIT_MAX_BYTES = 4 << 30  # the largest per-chunk state buffer (hs) the split s
 SPLIT_BV = None
 SPLIT_ROWS = None
 SPLIT_WIDE_BLOCKS = 96  # split_tile: 8 x 4 tiles of 64 value columns where they still make this many blocks
-GATES_THREADS = 128
-GATES_BATCH = 32  # gates a thread of the gates kernel loads before it sums them (registers): min(C, 32) divides C
+GATES_THREADS = 64
+GATES_HEADS = 32  # heads one block of the gates kernel takes (one thread sums each); at most GATES_THREADS
+GATES_BATCH = 32  # gates a summing thread holds in registers before it sums them: min(C, 32) divides C
 
 
 @functools.lru_cache(maxsize=None)
 def _gates_kernel(C, zero=False):
     """bcum[bh, t] = b_t, the in-chunk cumulative log-gate (rows past T: b of the chunk's last token, as the intra
-    kernel writes it), one thread per (head, chunk), ``gates(g, bcum, flags)``: the split schedule's state kernel
-    needs b before any output kernel runs, and the intra kernel would reserve ~100 KB of shared memory per block to
-    do it. With ``zero`` the first threads also set ``flags`` to zero (the overlapped launch's counts,
-    :func:`_overlap_kernel`: no launch of their own for them).
+    kernel writes it), ``gates(g, bcum, flags)`` on the grid (chunks, ceil(H / GATES_HEADS), B) of
+    :func:`_gates_grid`: the split schedule's state kernel needs b before any output kernel runs, and the intra
+    kernel would reserve ~100 KB of shared memory per block to do it. With ``zero`` the grid's threads also set
+    ``flags`` to zero (the overlapped launch's counts, :func:`_overlap_kernel`: no launch of their own for them).
 
-    A thread loads GATES_BATCH gates into registers, then sums them in order (the intra kernel's float32 sum, the
-    same bits) and stores b. Until cbd63da it loaded one gate per sum: the store of b_t before the load of g_{t+1}
-    (the compiler cannot tell that ``bcum`` and ``g`` do not overlap) made every load wait for the one before, 64
-    memory latencies a chunk, 0.023 ms at the standard shape; now C / GATES_BATCH of them."""
+    A block takes one chunk of up to GATES_HEADS heads of one sequence: g[b, t0 : t0 + C, h0 : h0 + HT] is one
+    contiguous run of memory where H <= HT, so its loads are coalesced (every thread's in flight at once) into a
+    [C, HT + 1] tile in shared memory; then one thread per head sums its column in order (the intra kernel's float32
+    sum: the same bits), and the block stores the tile by rows of bcum, again coalesced. Until this version a
+    thread per (head, chunk) loaded its chunk's gates H floats apart and stored its b C floats apart from its
+    neighbours': every warp-wide load and store touched 32 sectors, on 65 blocks at the standard shape, 19.4 us
+    under ncu on an H100 (``figures/data/probes/h100_ncu_r3_overlap_2fa709f.csv``), 1.4 % of the decay forward."""
+    HT = GATES_HEADS
+    HP = HT + 1  # padded rows: the stores' column reads (head j // C, token j % C) fall in distinct banks
+    NTH = GATES_THREADS
+    NL = cdiv(C * HT, NTH)  # gates a thread loads, all in flight before it stores any
     NB = min(C, GATES_BATCH)
 
     def gates(g, bcum, flags):
         B, T, H = g.shape
-        NC = (T + C - 1) // C
-        i = cuda.grid(1)
-        if zero and i < flags.shape[0]:
-            flags[i] = 0
-        if i < B * H * NC:
-            bh = i // NC
-            c = i % NC
-            b = bh // H
-            h = bh % H
-            t0 = c * C
-            n = min(C, T - t0)
-            x = cuda.local.array(NB, float32)
+        tid = cuda.threadIdx.x
+        c = cuda.blockIdx.x
+        h0 = cuda.blockIdx.y * HT
+        b = cuda.blockIdx.z
+        if zero:
+            blk = (cuda.blockIdx.z * cuda.gridDim.y + cuda.blockIdx.y) * cuda.gridDim.x + c
+            step = cuda.gridDim.x * cuda.gridDim.y * cuda.gridDim.z * NTH
+            for i in range(blk * NTH + tid, flags.shape[0], step):
+                flags[i] = 0
+        tile = cuda.shared.array((C, HP), float32)
+        t0 = c * C
+        n = min(C, T - t0)
+        nh = min(HT, H - h0)
+        x = cuda.local.array(NL, float32)
+        for e in range(NL):
+            idx = tid + e * NTH
+            t = idx // nh
+            x[e] = float32(g[b, t0 + t, h0 + idx - t * nh]) if t < n else float32(0.0)
+        for e in range(NL):
+            idx = tid + e * NTH
+            t = idx // nh
+            if t < C:
+                tile[t, idx - t * nh] = x[e]
+        cuda.syncthreads()  # the whole tile is in before a head's sum reads its column
+        if tid < nh:
+            y = cuda.local.array(NB, float32)
             acc = float32(0.0)
             for tb in range(0, C, NB):
-                for e in range(NB):  # all of the batch's loads in flight before the first sum
-                    x[e] = float32(g[b, t0 + tb + e, h]) if tb + e < n else float32(0.0)
+                for e in range(NB):  # the batch's loads issued before the first sum waits on one
+                    y[e] = tile[tb + e, tid]
                 for e in range(NB):
-                    acc += x[e]
-                    bcum[bh, t0 + tb + e] = acc
+                    acc += y[e]
+                    tile[tb + e, tid] = acc
+        cuda.syncthreads()  # every head's b is in before the stores read across heads
+        for e in range(NL):
+            idx = tid + e * NTH
+            hh = idx // C
+            t = idx - hh * C
+            if hh < nh:
+                bcum[b * H + h0 + hh, t0 + t] = tile[t, hh]
 
     return cuda.jit(gates)
 
 
+def _gates_grid(B, T, H, C):
+    """The grid of :func:`_gates_kernel`: (chunks, head tiles of GATES_HEADS, B)."""
+    return (cdiv(T, C), cdiv(H, GATES_HEADS), B)
+
+
 def _gates_launch(g, bcum, C, stream, flags=None):
-    """Launch :func:`_gates_kernel` on ``g`` [B, T, H] into ``bcum`` [>= B H, T']: one thread per (head, chunk),
-    and with ``flags`` (the overlapped launch's counts) the variant that also zeroes them, enough threads for both.
-    r3's split schedule and r6's own call it."""
+    """Launch :func:`_gates_kernel` on ``g`` [B, T, H] into ``bcum`` [>= B H, T'] (:func:`_gates_grid`), and with
+    ``flags`` (the overlapped launch's counts) the variant that also zeroes them. r3's split schedule and r6's own
+    call it."""
     B, T, H = g.shape
-    n = B * H * cdiv(T, C)
-    if flags is not None:
-        n = max(n, flags.shape[0])
     fl = _flags(1, stream) if flags is None else flags  # without flags a stand-in, never touched
-    _launch(_gates_kernel(C, flags is not None), cdiv(n, GATES_THREADS), GATES_THREADS, 0, stream, (g, bcum, fl))
+    _launch(_gates_kernel(C, flags is not None), _gates_grid(B, T, H, C), GATES_THREADS, 0, stream, (g, bcum, fl))
 
 
 def split_fits(K, V, C, delta, out, vin, delta_split=False) -> bool:
