@@ -60,7 +60,7 @@
 #               (plain, decay): h200_tune_r3_gates_{base,head}_<sha>.json, h200_r3_<sha>.json (how the cumulative
 #               gates are computed, between two commits: figures/data/probes/README.md has the three measured)
 #     r3_ab     gates_ab's per-kernel timing alone, base / head / base / head (interleaved, so that drift shows), no
-#               bench: h200_tune_r3_${AB_TAG:-ab}_{base,head}{1,2}_<sha>.json
+#               bench: h200_tune_r3_${AB_TAG:-ab}_{base,head}{1,2}_<sha>.json (AB_RUNS="1": one pair)
 #     delta_split  r3's two schedules for the delta family (fused; split: the walk storing S_c and V_new, then the
 #               additive output kernel), per kernel, oracle-checked (tools/tune_r3.py), and r6's two (its split: r3's
 #               with r6's tensor-core output kernel) for gated delta: h200_tune_r{3,6}_delta_split_<sha>.json;
@@ -232,7 +232,9 @@ for m in ${modes//,/ }; do
       bench --rungs shared --recurrences plain,decay --fla chunk --out "$out/h200_r3_$sha.json" \
         | tee -a "$out/gates_ab.log" || rc=1;;
     r3_ab)
-      ab_tune "${AB_TAG:-ab}" r3_ab.log 1 2 || rc=1;;  # base, head, base, head: drift shows as base vs base
+      # base, head, base, head: drift shows as base vs base (AB_RUNS="1": one pair, when the call's time is short)
+      # shellcheck disable=SC2086
+      ab_tune "${AB_TAG:-ab}" r3_ab.log ${AB_RUNS:-1 2} || rc=1;;
     delta_split)  # 580 s at most: one device call (its kernels compile on the device first, ~20-30 s each)
       py_log delta_split.log 360 tools/tune_r3.py --rung shared --chunks 64 --bv 64 --schedule fused,split \
         --recurrences gated_delta,delta --out "$out/h200_tune_r3_delta_split_$sha.json" || rc=1
