@@ -1814,7 +1814,8 @@ def _gates_kernel(C, zero=False):
     HT = GATES_HEADS
     HP = HT + 1  # padded rows: the stores' column reads (head j // C, token j % C) fall in distinct banks
     NTH = GATES_THREADS
-    NL = cdiv(C * HT, NTH)  # gates a thread loads, all in flight before it stores any
+    NL = C * HT // NTH  # gates a thread loads, all in flight before it stores any
+    assert NL * NTH == C * HT and HT <= NTH, "a block's threads must split its tile evenly and sum every head"
     NB = min(C, GATES_BATCH)
 
     def gates(g, bcum, flags):
@@ -1833,15 +1834,14 @@ def _gates_kernel(C, zero=False):
         n = min(C, T - t0)
         nh = min(HT, H - h0)
         x = cuda.local.array(NL, float32)
+        for e in range(NL):  # (t, hh) by shifts of the constant HT: a division by nh cost ~80 instructions a load
+            idx = tid + e * NTH
+            t = idx // HT
+            hh = idx % HT
+            x[e] = float32(g[b, t0 + t, h0 + hh]) if t < n and hh < nh else float32(0.0)
         for e in range(NL):
             idx = tid + e * NTH
-            t = idx // nh
-            x[e] = float32(g[b, t0 + t, h0 + idx - t * nh]) if t < n else float32(0.0)
-        for e in range(NL):
-            idx = tid + e * NTH
-            t = idx // nh
-            if t < C:
-                tile[t, idx - t * nh] = x[e]
+            tile[idx // HT, idx % HT] = x[e]
         cuda.syncthreads()  # the whole tile is in before a head's sum reads its column
         if tid < nh:
             y = cuda.local.array(NB, float32)
