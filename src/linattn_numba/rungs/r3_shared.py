@@ -1807,10 +1807,17 @@ def _gates_kernel(C, zero=False):
     A block takes one chunk of up to GATES_HEADS heads of one sequence: g[b, t0 : t0 + C, h0 : h0 + HT] is one
     contiguous run of memory where H <= HT, so its loads are coalesced (every thread's in flight at once) into a
     [C, HT + 1] tile in shared memory; then one thread per head sums its column in order (the intra kernel's float32
-    sum: the same bits), and the block stores the tile by rows of bcum, again coalesced. Until this version a
-    thread per (head, chunk) loaded its chunk's gates H floats apart and stored its b C floats apart from its
+    sum: the same bits), and the block stores the tile by rows of bcum, again coalesced. Until 61528a1 a thread
+    per (head, chunk) loaded its chunk's gates H floats apart and stored its b C floats apart from its
     neighbours': every warp-wide load and store touched 32 sectors, on 65 blocks at the standard shape, 19.4 us
-    under ncu on an H100 (``figures/data/probes/h100_ncu_r3_overlap_2fa709f.csv``), 1.4 % of the decay forward."""
+    under ncu on an H100 (``figures/data/probes/h100_ncu_r3_overlap_2fa709f.csv``), 1.4 % of the decay forward.
+
+    Measured on an H100 at B4 T8192 H16 (``tools/gates_probe.py``: both kernels in one process, bcum equal bit for
+    bit; ``figures/data/probes/h100_gates_probe_932fa2f.log``): alone 19.0 -> 9.3 us, the decay forward (split
+    schedule, overlapped launch) 1.346 -> 1.339 ms, p10-p90 ranges apart. The first form of this kernel (61528a1)
+    mapped a thread's loads by dividing by the tile's head count, a runtime value: 5.3 M warp instructions against
+    0.7 M (ncu), 15.5 us alone, and the forward 22 us slower, not faster (``h100_gates_probe_div_f015842.json``);
+    the map is now shifts of the constant tile width, and at H = 16 half of a thread's loads are masked off."""
     HT = GATES_HEADS
     HP = HT + 1  # padded rows: the stores' column reads (head j // C, token j % C) fall in distinct banks
     NTH = GATES_THREADS
