@@ -713,8 +713,8 @@ def test_gates_kernel(C, T, H, zero):
     """The gates kernel: b_t, the in-chunk cumulative log-gates, bit for bit the float32 sums in order (each chunk
     from zero, summed in batches of GATES_BATCH: two batches at C = 64), rows past T the chunk's last b, never
     increasing; float16 gates converted on load; more heads than a block takes (H = 35: two head tiles, the second
-    of 3); with ``zero`` it also zeroes the overlapped launch's counts (more counts than the grid has threads at
-    the first shapes), without it leaves them alone."""
+    of 3); with ``zero`` it also zeroes the overlapped launch's counts (5 more of them than the grid has threads:
+    its grid-stride loop), without it leaves them alone."""
     rng = np.random.default_rng(C + T)
     B = 2
     NC = -(-T // C)
