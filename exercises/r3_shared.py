@@ -156,9 +156,10 @@ BV_DEFAULT = 64
 # gates _chunk_gates, and the state kernel's one-call staging _stage_chunk (its fixed-map version: _chunk_stager)
 # and L2 prefetch of the next chunk _chunk_prefetcher (built on _lines_prefetcher and _line_request). Read them in
 # src/linattn_numba/rungs/r3_shared.py (or with inspect.getsource); the launch code below also uses the package's
-# _launch, _rows_aligned and scratch_buffers. The split schedule's pieces (_gates_kernel and its launch
-# _gates_launch, _split_state_kernel with its tilings split_tile / split_state_threads / _p2_rows4_tall and its walk
-# _split_state_body (its state update: _walk_update), _out_kernel: the slab pipeline _out_pipeline / _out_body with
+# _launch, _rows_aligned and scratch_buffers. The split schedule's pieces (_gates_kernel, its grid _gates_grid and
+# its launch _gates_launch, _split_state_kernel with its tilings split_tile / split_state_threads / _p2_rows4_tall
+# and its walk _split_state_body (its state update: _walk_update), _out_kernel: the slab pipeline _out_pipeline /
+# _out_body with
 # r3's products _out_fma_products and its scores _out_scores (each half of the block over half of d:
 # _half_scores_step / _send / _finish),
 # their copiers _rows_copier / _rows_copier_at / _rows_scaler / _rows_adder, the walk and the output in one launch
@@ -185,6 +186,7 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _chunk_gates,
     _chunk_prefetcher,
     _chunk_stager,
+    _gates_grid,
     _gates_kernel,
     _gates_launch,
     _mm_4x8,
