@@ -49,6 +49,7 @@ def main(argv=None) -> int:
     from numba import cuda
 
     from linattn_numba import bench
+    from linattn_numba._common import set_kernel_attribute
     from linattn_numba.rungs import r3_shared as r3
     from linattn_numba.testing import make_inputs
 
@@ -63,10 +64,10 @@ def main(argv=None) -> int:
     stream = cuda.default_stream()
     new_launch = r3._gates_launch
 
-    def old_launch(g, bcum, C_, stream_, flags=None, kern=old):
+    def old_launch(g, bcum, C_, stream_, flags=None):
         fl = r3._flags(1, stream_) if flags is None else flags
         n = max(B * H * NC, fl.shape[0])
-        kern[-(-n // 128), 128, stream_](g, bcum, fl)
+        old[-(-n // 128), 128, stream_](g, bcum, fl)
 
     carve = r3._gates_kernel.__wrapped__(C, True)  # a dispatcher of its own, preferring the most shared memory
 
@@ -78,12 +79,8 @@ def main(argv=None) -> int:
     flags = cuda.to_device(np.zeros(1 + B * H * NC, np.int32))
     old_launch(d["g"], bc_old, C, stream, flags)
     new_launch(d["g"], bc_new, C, stream, flags)
-    from numba.cuda.cudadrv import driver as drv
-    compiled = carve.compile(tuple(carve.typeof_pyval(a) for a in (d["g"], bc_new, flags)))
-    compiled.bind()
-    cufunc = compiled._codelibrary.get_cufunc()
-    attr = drv.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
-    drv.driver.cuKernelSetAttribute(attr, 100, cufunc.handle, cufunc.device.id)
+    set_kernel_attribute(carve.compile(tuple(carve.typeof_pyval(a) for a in (d["g"], bc_new, flags))),
+                         "CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT", 100)
     same = bool(np.array_equal(bc_old.copy_to_host(), bc_new.copy_to_host()))
     print("bcum bit for bit:", same)
     timer = bench.Timer()

@@ -100,17 +100,23 @@ def launch_dynamic(kernel, grid, block, smem, stream, args):
     (48 KB unless the kernel opts in) when ``smem`` needs it: ``cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)``
     on the compiled kernel's function handle, once per kernel and size."""
     if smem > SMEM_STATIC_LIMIT and not config.ENABLE_CUDASIM:
-        from numba.cuda.cudadrv import driver as drv
-
         compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
         key = (id(compiled), smem)
         if key not in _smem_opted_in:
-            compiled.bind()
-            cufunc = compiled._codelibrary.get_cufunc()
-            attr = drv.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            drv.driver.cuKernelSetAttribute(attr, smem, cufunc.handle, cufunc.device.id)
+            set_kernel_attribute(compiled, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", smem)
             _smem_opted_in.add(key)
     kernel[grid, block, stream, smem](*args)
+
+
+def set_kernel_attribute(compiled, attr: str, value: int):
+    """``cuKernelSetAttribute(attr, value)`` on a compiled kernel's function handle (``kernel.compile(sig)``'s
+    result; ``attr`` a ``CUfunction_attribute`` name, e.g. ``CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT``)."""
+    from numba.cuda.cudadrv import driver as drv
+
+    compiled.bind()
+    cufunc = compiled._codelibrary.get_cufunc()
+    drv.driver.cuKernelSetAttribute(getattr(drv.binding.CUfunction_attribute, attr), value, cufunc.handle,
+                                    cufunc.device.id)
 
 
 @contextlib.contextmanager
