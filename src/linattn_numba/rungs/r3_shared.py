@@ -1828,7 +1828,8 @@ def _gates_kernel(C, zero=False):
     HP = HT + 1  # padded rows: the stores' column reads (head j // C, token j % C) fall in distinct banks
     NTH = GATES_THREADS
     NL = C * HT // NTH  # gates a thread loads, all in flight before it stores any
-    assert NL * NTH == C * HT and HT <= NTH, "a block's threads must split its tile evenly and sum every head"
+    RS = NTH // HT  # rows of the tile one step of the block's loads covers
+    assert NL * NTH == C * HT and NTH % HT == 0, "a block's threads must split its tile evenly and sum every head"
     NB = min(C, GATES_BATCH)
 
     def gates(g, bcum, flags):
@@ -1846,15 +1847,19 @@ def _gates_kernel(C, zero=False):
         t0 = c * C
         n = min(C, T - t0)
         nh = min(HT, H - h0)
+        # a thread's loads: one head (hh) and every RS-th row from tr, so one element offset stepped by RS rows
+        # (a tuple index rebuilt the address from three indices and strides at every load)
+        tr = tid // HT
+        hh = tid % HT
+        isz = g.itemsize
+        rstep = RS * (g.strides[1] // isz)
+        off = b * (g.strides[0] // isz) + (t0 + tr) * (g.strides[1] // isz) + (h0 + hh) * (g.strides[2] // isz)
+        live = hh < nh
         x = cuda.local.array(NL, float32)
-        for e in range(NL):  # (t, hh) by shifts of the constant HT: a division by nh cost ~80 instructions a load
-            idx = tid + e * NTH
-            t = idx // HT
-            hh = idx % HT
-            x[e] = float32(g[b, t0 + t, h0 + hh]) if t < n and hh < nh else float32(0.0)
         for e in range(NL):
-            idx = tid + e * NTH
-            tile[idx // HT, idx % HT] = x[e]
+            x[e] = float32(ld1_at(g, off + e * rstep)) if live and tr + RS * e < n else float32(0.0)
+        for e in range(NL):
+            tile[tr + RS * e, hh] = x[e]
         cuda.syncthreads()  # the whole tile is in before a head's sum reads its column
         if tid < nh:
             y = cuda.local.array(NB, float32)
