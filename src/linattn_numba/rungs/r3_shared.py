@@ -568,7 +568,8 @@ Then the gates kernel, which runs before the overlapped launch for decay: 19.4 u
 profile, 1.4 % of the forward, because each thread summed one (head, chunk) and every warp-wide load and store touched
 32 sectors. :func:`_gates_kernel` now takes a chunk of 32 heads a block, loads and stores coalesced through shared
 memory, the sums unchanged (the same bits). On an H100 (``tools/gates_probe.py``, old and new in one process): alone
-19.0 -> 9.3 us, the decay forward 1.346 -> 1.339 ms; plain has no gates kernel. Not yet timed on an H200.
+19.0 -> 9.3 us, the decay forward 1.346 -> 1.339 ms; its loads by one stepped offset another 2.6-2.8 us of the
+forward (5091b26); plain has no gates kernel. Not yet timed on an H200.
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule
@@ -1823,7 +1824,12 @@ def _gates_kernel(C, zero=False):
     schedule, overlapped launch) 1.346 -> 1.339 ms, p10-p90 ranges apart. The first form of this kernel (61528a1)
     mapped a thread's loads by dividing by the tile's head count, a runtime value: 5.3 M warp instructions against
     0.7 M (ncu), 15.5 us alone, and the forward 22 us slower, not faster (``h100_gates_probe_div_f015842.json``);
-    the map is now shifts of the constant tile width, and at H = 16 half of a thread's loads are masked off."""
+    the map is now shifts of the constant tile width, and at H = 16 half of a thread's loads are masked off.
+    Each thread keeps one head and steps one element offset by RS rows (``vec.ld1_at``, 5091b26): indexing
+    ``g[b, t, h]`` rebuilt the address from three indices and strides, with the wraparound checks, at every load
+    (SASS, sm_90: 3,008 -> 1,832 instructions, 181 -> 72 registers). On an H100, two interleaved pairs of r3's
+    split forward: decay 1.3385 -> 1.3359 and 1.3380 -> 1.3352 ms, plain unchanged
+    (``h100_r3_ab_offsets_vs_main_3659865.log``)."""
     HT = GATES_HEADS
     HP = HT + 1  # padded rows: the stores' column reads (head j // C, token j % C) fall in distinct banks
     NTH = GATES_THREADS
