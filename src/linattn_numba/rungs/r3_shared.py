@@ -1829,7 +1829,9 @@ def _gates_kernel(C, zero=False):
     ``g[b, t, h]`` rebuilt the address from three indices and strides, with the wraparound checks, at every load
     (SASS, sm_90: 3,008 -> 1,832 instructions, 181 -> 72 registers). On an H100, two interleaved pairs of r3's
     split forward: decay 1.3385 -> 1.3359 and 1.3380 -> 1.3352 ms, plain unchanged
-    (``h100_r3_ab_offsets_vs_main_3659865.log``)."""
+    (``h100_r3_ab_offsets_vs_main_3659865.log``). Since then the row stride is divided by the item size once, not
+    twice (a runtime field of Numba's array, so each a 64-bit division call): 1,864 instructions, 56 registers,
+    not timed."""
     HT = GATES_HEADS
     HP = HT + 1  # padded rows: the stores' column reads (head j // C, token j % C) fall in distinct banks
     NTH = GATES_THREADS
@@ -1858,8 +1860,9 @@ def _gates_kernel(C, zero=False):
         tr = tid // HT
         hh = tid % HT
         isz = g.itemsize
-        rstep = RS * (g.strides[1] // isz)
-        off = b * (g.strides[0] // isz) + (t0 + tr) * (g.strides[1] // isz) + (h0 + hh) * (g.strides[2] // isz)
+        s1 = g.strides[1] // isz
+        rstep = RS * s1
+        off = b * (g.strides[0] // isz) + (t0 + tr) * s1 + (h0 + hh) * (g.strides[2] // isz)
         live = hh < nh
         x = cuda.local.array(NL, float32)
         for e in range(NL):
