@@ -571,6 +571,20 @@ memory, the sums unchanged (the same bits). On an H100 (``tools/gates_probe.py``
 19.0 -> 9.3 us, the decay forward 1.346 -> 1.339 ms; its loads by one stepped offset another 2.6-2.8 us of the
 forward (5091b26); plain has no gates kernel. Not yet timed on an H200.
 
+The chunk size under the split schedule. C = 64 was chosen under the fused schedule (above). Under the split
+schedule C = 32 was first timed at 9e5a43e, on an H100 (``figures/data/probes/h100_tune_r3_c32_9e5a43e.json``:
+``tools/tune_r3.py --schedule split --bv 64``, one process, oracle-checked). Plain took 1.296 ms at C = 64 (the
+overlapped launch) against 1.364 at C = 32 (walk 0.624 + output 0.740, two launches: a C = 32 output block has 64
+threads and the walk's 256, so they cannot share a launch); decay 1.338 against 1.398 (0.636 + 0.753 + gates 0.006).
+C = 64 stays. The output kernel is where C = 32 gains: its intra-chunk products grow with C (scores and Aqk V, about
+C (K + V) / 2 FMAs per token, against K V for Q S_c), so it does about 1.41 M FMAs per 64 rows against 1.70 M
+(counted from the loops' bounds). The walk does the same FMAs at either C but pays its copies, barriers and S_c
+stores once per chunk, twice as often at C = 32. The lever this points at, not built: a C = 64 walk that also stores
+the state at each chunk's midpoint (for decay, S scaled by gamma once per half, so every exponent stays <= 0), and a
+C = 64 output block whose two 32-row halves each start from their own state, with Aqk kept to its two 32 x 32 diagonal
+blocks. It keeps the 256-thread blocks that the overlap needs. It costs hs twice the bytes (1 GiB written and read at
+the standard shape) and more slab steps: the state slabs would hold 16 rows of each state.
+
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule
 runs (the delta family has a split of its own: the next section but one). compute-sanitizer's memcheck,
