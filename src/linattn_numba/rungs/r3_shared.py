@@ -579,11 +579,18 @@ threads and the walk's 256, so they cannot share a launch); decay 1.338 against 
 C = 64 stays. The output kernel is where C = 32 gains: its intra-chunk products grow with C (scores and Aqk V, about
 C (K + V) / 2 FMAs per token, against K V for Q S_c), so it does about 1.41 M FMAs per 64 rows against 1.70 M
 (counted from the loops' bounds). The walk does the same FMAs at either C but pays its copies, barriers and S_c
-stores once per chunk, twice as often at C = 32. The lever this points at, not built: a C = 64 walk that also stores
-the state at each chunk's midpoint (for decay, S scaled by gamma once per half, so every exponent stays <= 0), and a
-C = 64 output block whose two 32-row halves each start from their own state, with Aqk kept to its two 32 x 32 diagonal
-blocks. It keeps the 256-thread blocks that the overlap needs. It costs hs twice the bytes (1 GiB written and read at
-the standard shape) and more slab steps: the state slabs would hold 16 rows of each state.
+stores once per chunk, twice as often at C = 32.
+
+C = 32's output at C = 64's walk, tried and not kept (branch ``halves``, cec5a13). The walk also stored each chunk's
+mid state S_c+1/2 (for decay, S scaled by gamma once per half, so every exponent stays <= 0). An output block's two
+32-row halves each started from their own state, with Aqk kept to its two 32 x 32 diagonal blocks. That kept the
+256-thread blocks the overlap needs and cut an output block's FMAs from 1.70 M to about 1.44 M (the scores' and
+Aqk V's cross block). The price: hs twice the bytes (1 GiB written and read at the standard shape), and state slabs
+of 16 rows of each state, so 10 slab steps and barriers per block instead of 6, each with half the FMAs. It passed
+the simulator's split and overlap tests and the tuner's oracle check, with ptxas at 128 registers and no spills.
+It was slower on an H100 (``figures/data/probes/h100_tune_r3_halves_cec5a13.json``, off / on / off / on in one
+process): plain 1.291 / 1.430 / 1.291 / 1.431 ms, 11 % slower. Decay was cut off by the call's time limit. The
+split between the doubled state traffic and the extra slab steps was not measured.
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule
