@@ -1176,6 +1176,24 @@ def _half_scores_step(sm, acc, qa, kb, pq, pk, rq, rk):
 
 
 @cuda.jit(device=True, inline="always")
+def _half_scores_step_lo(sm, acc, qa, kb, pq, pk, rq, rk):
+    """:func:`_half_scores_step` for a warp whose rows all lie above sub-tile 2 i + 1 (tr < C/8): entries j <= 2 i
+    only, 11 loads of 16 bytes (K's row 7 is never read), then 64 FMAs."""
+    for i in range(4):
+        x = ld4(sm, pq + i * rq)
+        for f in range(4):
+            qa[4 * i + f] = x[f]
+    for j in range(7):
+        y = ld4(sm, pk + j * rk)
+        for f in range(4):
+            kb[4 * j + f] = y[f]
+    for i in range(4):
+        for j in range(2 * i + 1):
+            for f in range(4):
+                acc[8 * i + j] += qa[4 * i + f] * kb[4 * j + f]
+
+
+@cuda.jit(device=True, inline="always")
 def _half_scores_send(sm, acc, i, tr, tc, O_AQK, CS, C4, C8):
     """Put a thread's partial sums of tile row i (entries that can lie on or below the diagonal) where they
     belong in Aqk, for the thread of the other half that finishes that row."""
@@ -1206,7 +1224,7 @@ def _half_scores_finish(sm, acc, i, tr, tc, O_AQK, O_B, CS, C4, C8, has_g):
 
 
 @cuda.jit(device=True, inline="always")
-def _out_scores(sm, O_K, O_Q, O_AQK, O_B, KS, CS, C, KP, tid, has_g):
+def _out_scores(sm, O_K, O_Q, O_AQK, O_B, KS, CS, C, KP, tid, has_g, skip=False):
     """The split schedule's output kernel's scores: sm[O_AQK + t CS + s] = Aqk[t, s] = (Q K^T)[t, s] Gamma_ts for
     s <= t, 0 above (what :func:`_scores` computes with ``out`` alone), K's and Q's rows at O_K, O_Q (stride KS,
     KP columns), b_t at O_B. The caller syncs before and after.
@@ -1237,9 +1255,16 @@ def _out_scores(sm, O_K, O_Q, O_AQK, O_B, KS, CS, C, KP, tid, has_g):
     d0 = half * (KP // 2)
     pq = O_Q + tr * KS + d0
     pk = O_K + tc * KS + d0
-    for d in range(0, KP // 2, 8):  # KP >= 16: a whole number of steps of 8
-        _half_scores_step(sm, acc, qa, kb, pq + d, pk + d, C4 * KS, C8 * KS)
-        _half_scores_step(sm, acc, qa, kb, pq + d + 4, pk + d + 4, C4 * KS, C8 * KS)
+    if skip and C == 64 and p < 64:
+        # this warp's rows tr < C/8: sub-tile 2 i + 1 (columns tc + C/8 > tr) lies wholly above the diagonal for
+        # every lane, so the warp skips it (16 entries, not 20; warp-uniform: no divergence)
+        for d in range(0, KP // 2, 8):
+            _half_scores_step_lo(sm, acc, qa, kb, pq + d, pk + d, C4 * KS, C8 * KS)
+            _half_scores_step_lo(sm, acc, qa, kb, pq + d + 4, pk + d + 4, C4 * KS, C8 * KS)
+    else:
+        for d in range(0, KP // 2, 8):  # KP >= 16: a whole number of steps of 8
+            _half_scores_step(sm, acc, qa, kb, pq + d, pk + d, C4 * KS, C8 * KS)
+            _half_scores_step(sm, acc, qa, kb, pq + d + 4, pk + d + 4, C4 * KS, C8 * KS)
     if half == 0:
         _half_scores_send(sm, acc, 1, tr, tc, O_AQK, CS, C4, C8)
         _half_scores_send(sm, acc, 2, tr, tc, O_AQK, CS, C4, C8)
@@ -2581,7 +2606,7 @@ def _mm_4x8(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
 
 
 @functools.lru_cache(maxsize=None)
-def _out_fma_products(C, KP):
+def _out_fma_products(C, KP, band=16):
     """The product steps of r3's output kernel (:func:`_out_pipeline`'s ``products``), on the FMA units: one 4 x 8
     accumulator tile a thread (:func:`_mm_4x8`).
 
@@ -2609,12 +2634,15 @@ def _out_fma_products(C, KP):
 
     @cuda.jit(device=True, inline="always")
     def fma_setup(ctx, tid):
-        rr, cc = _quad_map(tid, C4, WIDE)
+        rr, cc = _quad_map(tid, C4, WIDE and band == 16)
         sh = 2 * ((rr >> 1) & 1)
         for i in range(4):
             ctx[i] = 4 * rr + ((i + sh) & 3)
         ctx[4] = 2 * HB * (cc // CG) + 4 * (cc % CG)
-        ctx[5] = 4 * (rr - rr % 4) + 16
+        if band == 16:
+            ctx[5] = 4 * (rr - rr % 4) + 16
+        else:  # 2 x 16 tiles a warp (band 8 rows)
+            ctx[5] = 4 * (rr - rr % 2) + 8
 
     @cuda.jit(device=True, inline="always")
     def fma_state(sm, acc, ctx, off, s):
@@ -2648,12 +2676,14 @@ def _out_fma_products(C, KP):
     return fma_setup, fma_state, fma_gate, fma_value, fma_store
 
 
+OUT_SCORES_SKIP = False  # _out_scores: warps whose rows lie above sub-tile 2 i + 1 skip it (read at launch)
+OUT_BAND = 16  # _out_fma_products: rows a warp's tiles span (16: 4 x 8 tiles a warp; 8: 2 x 16), read at launch
 OUT_CTX = 10  # integers of a thread's map in _out_pipeline (the products' setup fills what they use)
 
 
-def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
+def _out_pipeline(C, KP, has_g, has_x, products, pad=0, skip=False):
     """The split schedule's output kernel: :func:`_out_body` on block (x, y) = (chunk, b H + h)."""
-    body = _out_body(C, KP, has_g, has_x, products, pad, False)
+    body = _out_body(C, KP, has_g, has_x, products, pad, False, skip)
 
     def out(q, k, v, bcum, hs, o, scale, x, lg):
         """Chunk x of head y: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
@@ -2668,7 +2698,7 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0):
 
 
 @functools.lru_cache(maxsize=None)
-def _out_body(C, KP, has_g, has_x, products, pad, wait):
+def _out_body(C, KP, has_g, has_x, products, pad, wait, skip=False):
     """The split schedule's output (a device function, ``body(sm, q, k, v, bcum, hs, o, scale, x, lg, c, b, h, flags,
     ntiles)`` for chunk c of head (b, h); :func:`_out_pipeline` and :func:`_overlap_kernel` run it), one chunk of one
     head per block (fla's ``chunk_fwd_o``), its copies
@@ -2770,7 +2800,7 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
         if not wait:
             cp_async_wait_one()
             cuda.syncthreads()  # K's and Q's rows and b in place
-        _out_scores(sm, O_R, O_Q, O_AQK, O_B, KS, CS, C, KP, tid, has_g)
+        _out_scores(sm, O_R, O_Q, O_AQK, O_B, KS, CS, C, KP, tid, has_g, skip)
         cp_async_wait_all()
         w = float32(1.0)
         if has_x:
@@ -2827,10 +2857,10 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait):
 
 
 @functools.lru_cache(maxsize=None)
-def _out_kernel(C, KP, has_g, has_x=False):
+def _out_kernel(C, KP, has_g, has_x=False, skip=False, band=16):
     """r3's output kernel: :func:`_out_pipeline` with the products on the FMA units (:func:`_out_fma_products`).
     256 threads at C = 64 (one 4 x 8 tile each), 64 at C = 32, 16 at C = 16."""
-    return _out_pipeline(C, KP, has_g, has_x, _out_fma_products(C, KP), 0)
+    return _out_pipeline(C, KP, has_g, has_x, _out_fma_products(C, KP, band), 0, skip)
 
 
 # The state walk and the output kernel at once (OVERLAP): one launch, two roles
@@ -2866,7 +2896,7 @@ def _flags(n, stream):
 
 
 @functools.lru_cache(maxsize=None)
-def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_floats):
+def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_floats, skip=False):
     """The split schedule's state walk and its output in one launch (:data:`OVERLAP`), so that the output of the
     chunks already walked is computed while the walk goes on.
 
@@ -2896,7 +2926,7 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
         raise ValueError(f"rung {NAME!r}: the overlapped kernel needs the walk's {NTH} threads per block to be the "
                          f"output's {(C // 4) ** 2}")
     walk = _split_state_body(C, KP, BV, has_g, has_h0, has_ht, False, rows, True)
-    out = _out_body(C, KP, has_g, False, products, pad, True)
+    out = _out_body(C, KP, has_g, False, products, pad, True, skip)
     SLOT = max(_split_state_layout(C, KP, BV)[-1], out_floats)  # the ticket and its map, past both roles' arrays
 
     def overlap(q, k, v, bcum, h0, ht, hs, o, scale, flags, nwalk, ntiles):
@@ -3120,7 +3150,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         args_s = (q, k, v, bcum, d3, d3, d3, d3, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(None, 4),
                   np.float32(scale), hs)
     if out_kernel is None:
-        parts = (_out_fma_products(C, KP), 0, _out_layout(C, KP)[-1])
+        parts = (_out_fma_products(C, KP, OUT_BAND), 0, _out_layout(C, KP)[-1])
     else:
         parts = getattr(out_kernel, "parts", lambda C_, KP_: None)(C, KP)
     overlap = (OVERLAP and STATE_KERNEL == "pipelined" and not has_x and parts is not None
@@ -3129,7 +3159,8 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         todo.append(("gates", lambda: _gates_launch(g, bcum, C, stream)))
     if overlap:
         products, pad, out_floats = parts
-        kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats)
+        kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats,
+                                 bool(OUT_SCORES_SKIP))
         flags = _flags(1 + BH * NC, stream)
         nwalk = cdiv(V, BV) * BH
         args_v = (q, k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags, np.int32(nwalk),
@@ -3149,7 +3180,8 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         return todo
     todo.append(("state", lambda: _launch(kern_s, (cdiv(V, BV), BH), nth_s, smem_s, stream, args_s)))
     if out_kernel is None:
-        kern_o, smem_o, nth_o = _out_kernel(C, KP, has_g, has_x), _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
+        kern_o = _out_kernel(C, KP, has_g, has_x, bool(OUT_SCORES_SKIP), OUT_BAND)
+        smem_o, nth_o = _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
     else:
         kern_o, smem_o, nth_o = out_kernel(C, KP, has_g, has_x)
     args_o = (q, k, v, bcum, hs, o, np.float32(scale), or_dummy(x, 4), lg)
@@ -3183,7 +3215,8 @@ def _split_delta_launches(q, k, v, g, beta, o, h0, ht, scale, C, KP, NC, stream,
     nth_s = split_state_threads(KP, BV, rows)
     args_s = (k, w, u, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, vnew)
     if out_kernel is None:
-        kern_o, smem_o, nth_o = _out_kernel(C, KP, has_g, False), _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
+        kern_o = _out_kernel(C, KP, has_g, False, bool(OUT_SCORES_SKIP), OUT_BAND)
+        smem_o, nth_o = _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
     else:
         kern_o, smem_o, nth_o = out_kernel(C, KP, has_g, False)
     args_o = (q, k, vnew, bcum, hs, o, np.float32(scale), or_dummy(None, 4), or_dummy(None, 2))
