@@ -2590,6 +2590,38 @@ def _mm_4x8_step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m):
 
 
 @cuda.jit(device=True, inline="always")
+def _mm_4x8_step_e(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m):
+    """:func:`_mm_4x8_step` with the FMAs in another order (step e outer): the same sums in the same order per
+    accumulator, bb's registers free a step of e earlier."""
+    for i in range(4):
+        x = ld4(sm, oa + ra[i] * sa + m)
+        for e in range(4):
+            a[4 * i + e] = x[e]
+    for e in range(4):
+        y = ld4(sm, ob + (m + e) * sb + c0)
+        z = ld4(sm, ob + (m + e) * sb + c0 + hb)
+        for j in range(4):
+            bb[8 * e + j] = y[j]
+            bb[8 * e + 4 + j] = z[j]
+    for e in range(4):
+        for i in range(4):
+            for j in range(8):
+                acc[8 * i + j] += a[4 * i + e] * bb[8 * e + j]
+
+
+@cuda.jit(device=True, inline="always")
+def _mm_4x8_e(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
+    """:func:`_mm_4x8` by :func:`_mm_4x8_step_e`."""
+    a = cuda.local.array(16, float32)
+    bb = cuda.local.array(32, float32)
+    for m in range(0, kdim, 16):
+        _mm_4x8_step_e(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m)
+        _mm_4x8_step_e(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 4)
+        _mm_4x8_step_e(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 8)
+        _mm_4x8_step_e(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 12)
+
+
+@cuda.jit(device=True, inline="always")
 def _mm_4x8(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
     """acc[8 i + j] += sum_m A[ra[i], m] B[m, col_j] for a 4 x 8 micro-tile, m < kdim (a multiple of 16): rows
     ``ra[0..3]`` of A (row-major at ``sm[oa + row * sa + m]``), columns ``c0 .. c0 + 3`` and ``c0 + hb .. c0 + hb
@@ -2606,7 +2638,7 @@ def _mm_4x8(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
 
 
 @functools.lru_cache(maxsize=None)
-def _out_fma_products(C, KP, band=16):
+def _out_fma_products(C, KP, band=16, eorder=False):
     """The product steps of r3's output kernel (:func:`_out_pipeline`'s ``products``), on the FMA units: one 4 x 8
     accumulator tile a thread (:func:`_mm_4x8`).
 
@@ -2644,9 +2676,11 @@ def _out_fma_products(C, KP, band=16):
         else:  # 2 x 16 tiles a warp (band 8 rows)
             ctx[5] = 4 * (rr - rr % 2) + 8
 
+    mm = _mm_4x8_e if eorder else _mm_4x8
+
     @cuda.jit(device=True, inline="always")
     def fma_state(sm, acc, ctx, off, s):
-        _mm_4x8(sm, acc, O_Q + s * SR, KS, ctx, off, CBW, ctx[4], HB, SR)
+        mm(sm, acc, O_Q + s * SR, KS, ctx, off, CBW, ctx[4], HB, SR)
 
     @cuda.jit(device=True, inline="always")
     def fma_gate(sm, acc, ctx):
@@ -2659,7 +2693,7 @@ def _out_fma_products(C, KP, band=16):
     def fma_value(sm, acc, ctx, off, sv):
         kd = min(SR, ctx[5] - sv)
         if kd > 0:
-            _mm_4x8(sm, acc, O_AQK + sv, CS, ctx, off, CBW, ctx[4], HB, kd)
+            mm(sm, acc, O_AQK + sv, CS, ctx, off, CBW, ctx[4], HB, kd)
 
     @cuda.jit(device=True, inline="always")
     def fma_store(o, acc, ctx, b, h, t0, n, col, V, scale):
@@ -2676,8 +2710,17 @@ def _out_fma_products(C, KP, band=16):
     return fma_setup, fma_state, fma_gate, fma_value, fma_store
 
 
-OUT_SCORES_SKIP = False  # _out_scores: warps whose rows lie above sub-tile 2 i + 1 skip it (read at launch)
-OUT_BAND = 16  # _out_fma_products: rows a warp's tiles span (16: 4 x 8 tiles a warp; 8: 2 x 16), read at launch
+OUT_TRI = ""  # experiment (read at launch): "s" scores skip, "b" 8-row bands, "e" the FMAs' order e-outer
+
+
+def _out_tri():
+    """(skip, band, eorder) from :data:`OUT_TRI`."""
+    t = "" if OUT_TRI in (None, "none") else str(OUT_TRI)
+    if set(t) - set("sbe"):
+        raise ValueError(f"rung {NAME!r}: OUT_TRI takes letters of 'sbe', got {OUT_TRI!r}")
+    return "s" in t, 8 if "b" in t else 16, "e" in t
+
+
 OUT_CTX = 10  # integers of a thread's map in _out_pipeline (the products' setup fills what they use)
 
 
@@ -2857,10 +2900,10 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, skip=False):
 
 
 @functools.lru_cache(maxsize=None)
-def _out_kernel(C, KP, has_g, has_x=False, skip=False, band=16):
+def _out_kernel(C, KP, has_g, has_x=False, skip=False, band=16, eorder=False):
     """r3's output kernel: :func:`_out_pipeline` with the products on the FMA units (:func:`_out_fma_products`).
     256 threads at C = 64 (one 4 x 8 tile each), 64 at C = 32, 16 at C = 16."""
-    return _out_pipeline(C, KP, has_g, has_x, _out_fma_products(C, KP, band), 0, skip)
+    return _out_pipeline(C, KP, has_g, has_x, _out_fma_products(C, KP, band, eorder), 0, skip)
 
 
 # The state walk and the output kernel at once (OVERLAP): one launch, two roles
@@ -3150,7 +3193,8 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         args_s = (q, k, v, bcum, d3, d3, d3, d3, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(None, 4),
                   np.float32(scale), hs)
     if out_kernel is None:
-        parts = (_out_fma_products(C, KP, OUT_BAND), 0, _out_layout(C, KP)[-1])
+        skip_, band_, eorder_ = _out_tri()
+        parts = (_out_fma_products(C, KP, band_, eorder_), 0, _out_layout(C, KP)[-1])
     else:
         parts = getattr(out_kernel, "parts", lambda C_, KP_: None)(C, KP)
     overlap = (OVERLAP and STATE_KERNEL == "pipelined" and not has_x and parts is not None
@@ -3160,7 +3204,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     if overlap:
         products, pad, out_floats = parts
         kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats,
-                                 bool(OUT_SCORES_SKIP))
+                                 _out_tri()[0])
         flags = _flags(1 + BH * NC, stream)
         nwalk = cdiv(V, BV) * BH
         args_v = (q, k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags, np.int32(nwalk),
@@ -3180,7 +3224,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         return todo
     todo.append(("state", lambda: _launch(kern_s, (cdiv(V, BV), BH), nth_s, smem_s, stream, args_s)))
     if out_kernel is None:
-        kern_o = _out_kernel(C, KP, has_g, has_x, bool(OUT_SCORES_SKIP), OUT_BAND)
+        kern_o = _out_kernel(C, KP, has_g, has_x, *_out_tri())
         smem_o, nth_o = _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
     else:
         kern_o, smem_o, nth_o = out_kernel(C, KP, has_g, has_x)
@@ -3215,7 +3259,7 @@ def _split_delta_launches(q, k, v, g, beta, o, h0, ht, scale, C, KP, NC, stream,
     nth_s = split_state_threads(KP, BV, rows)
     args_s = (k, w, u, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, vnew)
     if out_kernel is None:
-        kern_o = _out_kernel(C, KP, has_g, False, bool(OUT_SCORES_SKIP), OUT_BAND)
+        kern_o = _out_kernel(C, KP, has_g, False, *_out_tri())
         smem_o, nth_o = _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
     else:
         kern_o, smem_o, nth_o = out_kernel(C, KP, has_g, False)
