@@ -2621,6 +2621,23 @@ def _mm_4x8_e(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
         _mm_4x8_step_e(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 12)
 
 
+@functools.lru_cache(maxsize=None)
+def _mm_4x8_tail(eorder):
+    """:func:`_mm_4x8` (``eorder``: :func:`_mm_4x8_e`) for ``kdim`` a multiple of 8: whole steps of 16, then a last
+    8 (8-row bands end on multiples of 8): steps of 8."""
+    step = _mm_4x8_step_e if eorder else _mm_4x8_step
+
+    @cuda.jit(device=True, inline="always")
+    def mm(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
+        a = cuda.local.array(16, float32)
+        bb = cuda.local.array(32, float32)
+        for m in range(0, kdim, 8):
+            step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m)
+            step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 4)
+
+    return mm
+
+
 @cuda.jit(device=True, inline="always")
 def _mm_4x8(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
     """acc[8 i + j] += sum_m A[ra[i], m] B[m, col_j] for a 4 x 8 micro-tile, m < kdim (a multiple of 16): rows
@@ -2677,6 +2694,7 @@ def _out_fma_products(C, KP, band=16, eorder=False):
             ctx[5] = 4 * (rr - rr % 2) + 8
 
     mm = _mm_4x8_e if eorder else _mm_4x8
+    mmv = _mm_4x8_tail(eorder) if band == 8 else mm  # Aqk V: 8-row bands stop on multiples of 8
 
     @cuda.jit(device=True, inline="always")
     def fma_state(sm, acc, ctx, off, s):
@@ -2693,7 +2711,7 @@ def _out_fma_products(C, KP, band=16, eorder=False):
     def fma_value(sm, acc, ctx, off, sv):
         kd = min(SR, ctx[5] - sv)
         if kd > 0:
-            mm(sm, acc, O_AQK + sv, CS, ctx, off, CBW, ctx[4], HB, kd)
+            mmv(sm, acc, O_AQK + sv, CS, ctx, off, CBW, ctx[4], HB, kd)
 
     @cuda.jit(device=True, inline="always")
     def fma_store(o, acc, ctx, b, h, t0, n, col, V, scale):
