@@ -2728,7 +2728,7 @@ def _out_fma_products(C, KP, band=16, eorder=False):
     return fma_setup, fma_state, fma_gate, fma_value, fma_store
 
 
-OUT_TRI = ""  # experiment (read at launch): "s" scores skip, "b" 8-row bands, "e" the FMAs' order e-outer
+OUT_TRI = "sbe"  # experiment (read at launch): "s" scores skip, "b" 8-row bands, "e" the FMAs' order e-outer
 
 
 def _out_tri():
@@ -3396,12 +3396,14 @@ def compile_targets():
                     i1 = types.Array(types.int32, 1, "C")
                     for bv_, rows_, lab, st in ((64, 8, "", False), (32, 4, ",4x4,h0,ht", True)):
                         yield (f"overlap[{rec}{lab}]",
-                               _overlap_kernel(C, KP, bv_, rows_, has_g, st, st, _out_fma_products(C, KP), 0,
-                                               _out_layout(C, KP)[-1]).py_func,
+                               _overlap_kernel(C, KP, bv_, rows_, has_g, st, st,
+                                               _out_fma_products(C, KP, *_out_tri()[1:]), 0,
+                                               _out_layout(C, KP)[-1], _out_tri()[0]).py_func,
                                (x4, x4, x4, s2, a4 if st else s4, a4 if st else s4, s3, a4, f32, i1, types.int32,
                                 types.int32))
-                    yield (f"out[{rec}]", _out_kernel(C, KP, has_g).py_func, (x4, x4, x4, s2, s3, a4, f32, s4, s2))
-                    yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True).py_func,
+                    yield (f"out[{rec}]", _out_kernel(C, KP, has_g, False, *_out_tri()).py_func,
+                           (x4, x4, x4, s2, s3, a4, f32, s4, s2))
+                    yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True, *_out_tri()).py_func,
                            (x4, x4, x4, s2, s3, a4, f32, a4, s2))
     i1 = types.Array(types.int32, 1, "C")
     yield ("zero_flags", _zero_flags.py_func, (i1,))
