@@ -656,21 +656,28 @@ for shape in (std, (1, 65536, 2, 128, 128)):
 
 # %% [markdown]
 # **The diagonal.** The split schedule's output kernel (`_out_fma_products`) multiplies `Aqk V` only up to each
-# warp's last row, and its scores (`_out_scores`) skip the sub-tiles that lie wholly above the diagonal. What lies
-# above the diagonal inside the bands and sub-tiles that remain is still computed, as zeros times values. The
-# count below follows those loops for one output block (one chunk of one head). The walk's `K^T V` per chunk is
-# beside it, because the overlapped launch issues both. Compare "executed" with "needed" (the lower triangle):
+# warp's last row, and its scores (`_out_scores`) skip the sub-tiles that lie wholly above the diagonal, for the
+# whole block or (`OUT_TRI`'s `s`) for the warps whose rows all lie above one. What lies above the diagonal inside
+# the bands and sub-tiles that remain is still computed, as zeros times values. The count below follows those loops
+# for one output block (one chunk of one head), with the letters of `r3.OUT_TRI` as set. The walk's `K^T V` per
+# chunk is beside it, because the overlapped launch issues both. Compare "executed" with "needed" (the lower
+# triangle):
 
 # %%
 def out_block_fmas(C, KP, K, V):
     """{product: (FMAs executed, FMAs the lower triangle needs)} for one chunk of one head in r3's split
     schedule: the output block's three products and the walk's update, at chunk C, padded K' = KP."""
     _, CBW = r3._out_shape(C, KP)
+    skip, band8, _, step8 = r3._out_tri()
     v_exec = -(-V // CBW) * CBW  # whole passes of CBW value columns
-    band = min(16, C)  # a warp's rows (4 tile rows of 4 x 8 tiles): Aqk V stops at the band's last row (ctx[5])
+    # a warp's rows: 4 tile rows of 4 x 8 tiles (16), or 2 of 2 x 16 (8, with "b"); Aqk V stops at the band's last
+    # row (ctx[5]) rounded up to its loop's step (16, or 8 with "8")
+    band = 8 if band8 == 8 and step8 and C == 64 else min(16, C)
     av = sum(band * min(band * (b + 1), C) * v_exec for b in range(C // band))
     C4, C8 = C // 4, C // 8  # the scores' sub-tiles: rows tr + C/4 i, columns tc + C/8 j, kept where j <= 2 i + 1
     scores = sum(C4 * C8 for i in range(4) for j in range(2 * i + 2)) * KP
+    if skip and C == 64:  # the warps with rows tr < C/8 skip sub-tile 2 i + 1 (C/8 x C/8 entries each)
+        scores -= 4 * C8 * C8 * KP
     tri = C * (C + 1) // 2
     return {"scores Q K^T": (scores, tri * K), "Q S_c": (C * KP * v_exec, C * K * V), "Aqk V": (av, tri * V),
             "walk K^T V": (KP * V * C, K * V * C)}
@@ -687,10 +694,12 @@ display(Markdown(f"At C = {C0}, K = {K_std}, V = {V_std}:\n\n| product | FMAs ex
 
 # %% [markdown]
 # A few percent of the launch's FMAs fall above the diagonal, about the size of each of the last tuning steps in
-# the module docstring's history. Taking it back needs narrower row bands. On this map, 8-row bands
-# (2 x 16 tiles a warp) would make every slab load read 16 distinct float4, which is two wavefronts, and that
-# includes the `Q S_c` product with no triangle in it. A 2 x 16 tile a thread would need 18 shared loads per 128
-# FMAs instead of 12. Either way the extra loads cost more than the skipped FMAs save. (Exercise 6.)
+# the module docstring's history. The scores' share was cut where a whole warp can skip (`OUT_TRI`'s `s`: about
+# half a percent of the forward, measured). The rest needs narrower row bands. On this map, 8-row bands
+# (2 x 16 tiles a warp, `b`) make every slab load read 16 distinct float4, which is two wavefronts, and that
+# includes the `Q S_c` product with no triangle in it; with `Aqk V` stopping at the 8-row band's end (`8`) the
+# three letters measured no faster than `s` alone on an H100. A 2 x 16 tile a thread would need 18 shared loads per
+# 128 FMAs instead of 12. Try `r3.OUT_TRI = "sb8"` above and count again. (Exercise 6.)
 
 # %% [markdown]
 # ## Exercises

@@ -182,6 +182,28 @@ def test_overlap(monkeypatch, recurrence, B, H, T, C, K, V, bv, rows, with_h0, w
     assert np.array_equal(o1, o2) and (not with_ht or np.array_equal(h1, h2))
 
 
+@pytest.mark.parametrize("recurrence,tri,rows", [("decay", "sbe", 8), ("plain", "sb8e", 4)], ids=str)
+def test_out_tri(monkeypatch, recurrence, tri, rows):
+    """``OUT_TRI``'s letters (the scores' skip, 8-row bands, the FMAs' order, Aqk V in steps of 8) where they all
+    apply: C = 64, K' = 128, in the overlapped launch (8 x 4 tiles: 256-thread walkers) and in the output kernel of
+    two launches (4 x 4 tiles: 512-thread walkers); a short last chunk (T = 70), K != V. Against the oracle, and bit
+    for bit the output and final state without them (what they skip are products with the zeros above the
+    diagonal); a letter it does not know is an error."""
+    inp = make(1, 70, 1, 128, 64, recurrence, seed=70 + rows)
+    monkeypatch.setattr(r3, "SPLIT_ROWS", rows)
+    monkeypatch.setattr(r3, "OUT_TRI", tri)
+    gates = ["gates"] if recurrence == "decay" else []
+    assert _kernel_names(inp, 64, bv=64) == (["overlap"] if rows == 8 else gates + ["state", "out"])
+    check(inp, 64, False, True, bv=64)
+    o1, h1 = run(inp, 64, False, True, bv=64)
+    monkeypatch.setattr(r3, "OUT_TRI", "")
+    o2, h2 = run(inp, 64, False, True, bv=64)
+    assert np.array_equal(o1, o2) and np.array_equal(h1, h2)
+    monkeypatch.setattr(r3, "OUT_TRI", "sx")
+    with pytest.raises(ValueError, match="OUT_TRI takes letters"):
+        run(inp, 64, False, True, bv=64)
+
+
 class _ReversedGrid:
     """numpy, except that ``ndindex`` (the simulator's loop over a grid's blocks) runs backwards."""
 
@@ -350,7 +372,7 @@ def test_split_deferred(recurrence, B, T, C, K, V):
     assert r3.split_deferred_fits(d["q"], d["k"], d["v"], d["g"], None, o, C)
     with kernels_made(r3, "_out_kernel") as made:
         first, second = r3.split_deferred(d["q"], d["k"], d["v"], d["g"], o, ht, x, K**-0.5, C, tag=".test")
-    assert [args for args, _, _ in made] == [(C, r3.padded_k(K), recurrence == "decay", True)]
+    assert [args for args, _, _ in made] == [(C, r3.padded_k(K), recurrence == "decay", True) + r3._out_tri()]
     assert [n for n, _ in first] == (["gates"] if recurrence == "decay" else []) + ["state"]
     assert [n for n, _ in second] == ["out"]
     for _, launch in first:

@@ -135,8 +135,8 @@ schedule ran decay in 1.347 ms, ~44 GFLOP as executed: 33 TFLOP/s, 55 % of the m
 definition's count), and plain in 1.294 ms, fla ``chunk_simple_gla`` (TF32 tensor cores) taking 1.045 / 0.978 ms
 there (``figures/data/probes/h100_r3_peak_bac96e8.json``). Where the rest of the FMA rate goes (the H100 profile at
 2fa709f, below): a quarter of the instructions issued are not FMAs, and in 31 % of the schedulers' cycles no warp
-is eligible (waiting on shared loads, at barriers, at the ticket). No H200 was lent for that run; the README's table
-divides by the datasheet rate until one is.
+is eligible (waiting on shared loads, at barriers, at the ticket). On the H200 the bench at 301876c measured the same
+60.3 TFLOP/s (``figures/data/h200_r3_301876c.json``), and the README's table divides by it.
 
 How the tiles were chosen
 -------------------------
@@ -569,7 +569,9 @@ profile, 1.4 % of the forward, because each thread summed one (head, chunk) and 
 32 sectors. :func:`_gates_kernel` now takes a chunk of 32 heads a block, loads and stores coalesced through shared
 memory, the sums unchanged (the same bits). On an H100 (``tools/gates_probe.py``, old and new in one process): alone
 19.0 -> 9.3 us, the decay forward 1.346 -> 1.339 ms; its loads by one stepped offset another 2.6-2.8 us of the
-forward (5091b26); plain has no gates kernel. Not yet timed on an H200.
+forward (5091b26); plain has no gates kernel. On the H200, in separate sessions, the decay forward took 1.336 ms at
+1acf97e (``figures/data/h200_r3_decay_1acf97e.json``) and 1.333 ms with these kernels (the bench at 301876c, whose
+r3 is 460ef53's: ``figures/data/h200_r3_301876c.json``, fla ``chunk_simple_gla`` 0.884 and 0.881 ms there).
 
 The chunk size under the split schedule. C = 64 was chosen under the fused schedule (above). Under the split
 schedule C = 32 was first timed at 9e5a43e, on an H100 (``figures/data/probes/h100_tune_r3_c32_9e5a43e.json``:
@@ -591,6 +593,39 @@ the simulator's split and overlap tests and the tuner's oracle check, with ptxas
 It was slower on an H100 (``figures/data/probes/h100_tune_r3_halves_cec5a13.json``, off / on / off / on in one
 process): plain 1.291 / 1.430 / 1.291 / 1.431 ms, 11 % slower. Decay was cut off by the call's time limit. The
 split between the doubled state traffic and the extra slab steps was not measured.
+
+The output kernel's triangle and map (:data:`OUT_TRI`, default ``"sbe"``; :func:`_out_tri` says what each letter
+does). ``s``: the scores' warps whose rows all lie above sub-tile 2 i + 1 skip it (:func:`_out_scores`: 10 % of the
+scores' FMAs, on half their warps). ``b``: the products' map of 2 x 16 tiles a warp (8-row bands) instead of 4 x 8;
+each load of the right factor then takes two wavefronts. ``e``: the products' FMAs with the inner step outermost
+(:func:`_mm_4x8_step_e`: every sum in the same order, another schedule from ptxas). ``8``, not in the default: with
+``b``, Aqk V in steps of 8, so an 8-row band stops at its own end (32,768 FMAs fewer a block; in steps of 16 it runs
+to the end of a 16-row band, the same FMAs as 4 x 8). Every letter gives the same bits (the skipped terms are
+products with Aqk's zeros above the diagonal; ``tests/test_r3_shared.py::test_out_tri``, and the tuner's oracle
+check on the GPU). ``tools/sass.py`` (sm_90): 128 registers and no spills with ``sbe`` and ``sbe8`` (plain, decay);
+Aqk V in steps of 8 as a tail after steps of 16 spilled 116 bytes and was not measured. Timed at the standard shape,
+oracle-checked, variants alternating in one process (``tools/tune_r3.py --vary r3_shared.OUT_TRI=...``; the files
+``figures/data/probes/h200_tune_r3_tri*_301876c.json``, ``h100_tune_r3_tri8*_16afdd3.json``), ms:
+
+=================  ==========  ==================  ===============================================
+GPU, tree          recurrence  none                with letters
+=================  ==========  ==================  ===============================================
+H200, 301876c      plain       1.2892 / 1.2895     sbe 1.2783 / 1.2784 (-0.85 %)
+H200, 301876c      decay       1.3335 / 1.3324     sbe 1.3215 / 1.3231 (-0.8 %)
+H200, 301876c      plain       1.2905              s 1.2836, b 1.2911, e 1.2894 (another call)
+H100, 16afdd3      plain       1.2963 / 1.2953     sbe8 1.2896 / 1.2903, s 1.2902
+H100, 16afdd3      decay       1.3368 / 1.3379     sbe8 1.3309 / 1.3313
+=================  ==========  ==================  ===============================================
+
+``s`` is worth about half a percent on either GPU. ``b`` and ``e`` alone changed nothing on the H200; with ``s``
+they took plain from -0.5 % to -0.85 % (s and sbe were timed in two device calls, each against its own base,
+which agreed within 0.1 %). With steps of 8 (sbe8, H100) the three gained no more than ``s`` alone there: the
+second wavefront of each load costs about what the shorter band saves. Why ``b`` and ``e`` help only together was
+not measured, nor ``sbe`` on the H100 (the session's device time ran out). ``sbe``, the H200's fastest, is the
+default. Against the targets, beside the bench at 301876c in the same H200 call (r3 as before these letters:
+decay 1.3327 ms against fla ``chunk_simple_gla`` 0.8807, 1.513x; plain 1.2891 ms against r0 124.44, 96.5x;
+``figures/data/h200_r3_301876c.json``, ``h200_r0_plain_301876c.json``): sbe's decay, 1.3215-1.3231 ms, is
+1.5005-1.5023x that fla time, and its plain, 1.2783, 97.3x r0. Both targets are still short.
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule
@@ -1239,7 +1274,13 @@ def _out_scores(sm, O_K, O_Q, O_AQK, O_B, KS, CS, C, KP, tid, has_g, skip=False)
     half: no extra shared memory), and each finishes two of the four tile rows (10 entries each): half 0 rows 0
     and 3, half 1 rows 1 and 2. Map within a half (C^2 / 32 threads): tr = p // (C/8), tc = p % (C/8); at C =
     64 a warp holds 4 tr x 8 tc, and each of its loads reads 4 or 8 consecutive rows (row stride KP + 4 floats:
-    distinct bank groups), one wavefront."""
+    distinct bank groups), one wavefront.
+
+    ``skip`` (:data:`OUT_TRI`'s ``s``, at C = 64): entry (tr + C/4 i, tc + C/8 (2 i + 1)) lies on or below the
+    diagonal only where tc + C/8 <= tr, so the two warps of each half whose rows are tr < C/8 (p < 64) never need
+    sub-tile 2 i + 1: they take :func:`_half_scores_step_lo` (16 of the 20 entries, 11 loads a step), and their
+    partial sums there stay zero, which the finishing step never reads (it stores 0 there). The same bits; 10 % of
+    the scores' FMAs fewer, on half the warps."""
     C4 = C // 4
     C8 = C // 8
     HALF = C4 * C8
@@ -2622,9 +2663,10 @@ def _mm_4x8_e(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
 
 
 @functools.lru_cache(maxsize=None)
-def _mm_4x8_tail(eorder):
-    """:func:`_mm_4x8` (``eorder``: :func:`_mm_4x8_e`) for ``kdim`` a multiple of 8: whole steps of 16, then a last
-    8 (8-row bands end on multiples of 8): steps of 8."""
+def _mm_4x8_by8(eorder):
+    """:func:`_mm_4x8` (``eorder``: :func:`_mm_4x8_e`) in steps of 8 of the inner dimension, two steps of 4 a loop
+    step, for ``kdim`` a multiple of 8 (where an 8-row band ends). Steps of 16 and then a last 8 made ptxas spill
+    116 bytes in the overlapped launch (decay)."""
     step = _mm_4x8_step_e if eorder else _mm_4x8_step
 
     @cuda.jit(device=True, inline="always")
@@ -2655,7 +2697,7 @@ def _mm_4x8(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
 
 
 @functools.lru_cache(maxsize=None)
-def _out_fma_products(C, KP, band=16, eorder=False):
+def _out_fma_products(C, KP, band=16, eorder=False, step8=False):
     """The product steps of r3's output kernel (:func:`_out_pipeline`'s ``products``), on the FMA units: one 4 x 8
     accumulator tile a thread (:func:`_mm_4x8`).
 
@@ -2665,16 +2707,21 @@ def _out_fma_products(C, KP, band=16, eorder=False):
     ``c0 + 0..3`` and ``c0 + HB + 0..3``: 8 lanes read 8 consecutive float4 of a slab row. ``ctx``: the rows
     (0..3), c0 (4) and the warp's last row + 1 (5: Aqk is zero past it).
 
-    What the triangle still costs (counted from the loops, at C = 64, K' = V = 128; not timed): ``Aqk V`` stops
-    at a warp's last row, so its 16-row bands multiply 16, 32, 48, 64 rows of V: 327,680 FMAs a block where the
-    lower triangle needs 266,240; the scores' 16 x 8 sub-tiles on the diagonal (:func:`_out_scores`) do the same
-    again, 327,680 for 266,240. The 122,880 FMAs above the diagonal are 7.2 % of a block's 1.70 M (``Q S_c`` is
-    1.05 M) and 4.5 % of the overlapped launch's FMAs with the walk's 1.05 M a chunk. Narrower bands do not pay on
-    this map: 8-row bands (2 x 16 tiles a warp) read 16 distinct float4 of a slab row per load, two wavefronts
-    where one serves now, for every product, ``Q S_c`` included; 2 x 16 tiles a thread issue 18 loads per 128
-    FMAs, not 12, which costs more instructions than the band saves."""
+    ``band`` = 8 (:data:`OUT_TRI`'s ``b``, at C = 64 only): 2 x 16 tiles a warp (:func:`_quad_map` row-major), so
+    a warp's rows span 8 rows, not 16; each load of the right factor then reads 16 distinct float4 of a slab row,
+    two wavefronts where the 4 x 8 map needs one. ``eorder`` (``e``): :func:`_mm_4x8_e`. ``step8`` (``8``, with
+    ``band`` = 8): Aqk V in steps of 8 (:func:`_mm_4x8_by8`); in steps of 16 an 8-row band's product runs to the
+    end of its 16-row band, the same FMAs as the 4 x 8 map.
+
+    What the triangle costs (counted from the loops, at C = 64, K' = V = 128): ``Aqk V`` stops at a warp's last
+    row, so its 16-row bands multiply 16, 32, 48, 64 rows of V: 327,680 FMAs a block where the lower triangle needs
+    266,240 (8-row bands in steps of 8: 294,912); the scores' 16 x 8 sub-tiles on the diagonal (:func:`_out_scores`)
+    do the same again, 327,680 for 266,240 (294,912 with ``skip``). The 122,880 FMAs above the diagonal are 7.2 % of
+    a block's 1.70 M (``Q S_c`` is 1.05 M) and 4.5 % of the overlapped launch's FMAs with the walk's 1.05 M a
+    chunk. What each letter measured: the module docstring (the output kernel's triangle)."""
     C4 = C // 4
     WIDE = C4 % 8 == 0
+    band = band if C4 == 16 else 16  # 2 x 16 tiles a warp are 8-row bands only where C / 4 = 16
     CG = min(8, C4)  # tile columns per column group of a warp
     HB = 4 * CG
     KS, CS = KP + 4, C + 4
@@ -2694,7 +2741,7 @@ def _out_fma_products(C, KP, band=16, eorder=False):
             ctx[5] = 4 * (rr - rr % 2) + 8
 
     mm = _mm_4x8_e if eorder else _mm_4x8
-    mmv = _mm_4x8_tail(eorder) if band == 8 else mm  # Aqk V: 8-row bands stop on multiples of 8
+    mmv = _mm_4x8_by8(eorder) if band == 8 and step8 else mm  # Aqk V: 8-row bands stop on multiples of 8
 
     @cuda.jit(device=True, inline="always")
     def fma_state(sm, acc, ctx, off, s):
@@ -2728,15 +2775,22 @@ def _out_fma_products(C, KP, band=16, eorder=False):
     return fma_setup, fma_state, fma_gate, fma_value, fma_store
 
 
-OUT_TRI = "sbe"  # experiment (read at launch): "s" scores skip, "b" 8-row bands, "e" the FMAs' order e-outer
+OUT_TRI = "sbe"  # the output kernel's triangle and map (read at launch; tools/tune_r3.py --vary): letters below
 
 
 def _out_tri():
-    """(skip, band, eorder) from :data:`OUT_TRI`."""
+    """``(skip, band, eorder, step8)`` of the output kernel from :data:`OUT_TRI`'s letters (``""`` or ``"none"``:
+    none of them; the default ``"sbe"`` was measured fastest on the H200, the module docstring):
+
+    * ``s``: the scores' warps whose rows all lie above sub-tile 2 i + 1 skip it (:func:`_out_scores`, C = 64);
+    * ``b``: 2 x 16 tiles a warp for the products (8-row bands; :func:`_out_fma_products`), 4 x 8 without;
+    * ``e``: the products' FMAs with the step of the inner dimension outermost (:func:`_mm_4x8_step_e`);
+    * ``8``: with ``b``, Aqk V in steps of 8 of its inner dimension, so an 8-row band stops at its own end
+      (:func:`_mm_4x8_by8`; in steps of 16 it stops where a 16-row band would)."""
     t = "" if OUT_TRI in (None, "none") else str(OUT_TRI)
-    if set(t) - set("sbe"):
-        raise ValueError(f"rung {NAME!r}: OUT_TRI takes letters of 'sbe', got {OUT_TRI!r}")
-    return "s" in t, 8 if "b" in t else 16, "e" in t
+    if set(t) - set("sbe8"):
+        raise ValueError(f"rung {NAME!r}: OUT_TRI takes letters of 'sbe8', got {OUT_TRI!r}")
+    return "s" in t, 8 if "b" in t else 16, "e" in t, "8" in t
 
 
 OUT_CTX = 10  # integers of a thread's map in _out_pipeline (the products' setup fills what they use)
@@ -2918,10 +2972,10 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, skip=False):
 
 
 @functools.lru_cache(maxsize=None)
-def _out_kernel(C, KP, has_g, has_x=False, skip=False, band=16, eorder=False):
+def _out_kernel(C, KP, has_g, has_x=False, skip=False, band=16, eorder=False, step8=False):
     """r3's output kernel: :func:`_out_pipeline` with the products on the FMA units (:func:`_out_fma_products`).
     256 threads at C = 64 (one 4 x 8 tile each), 64 at C = 32, 16 at C = 16."""
-    return _out_pipeline(C, KP, has_g, has_x, _out_fma_products(C, KP, band, eorder), 0, skip)
+    return _out_pipeline(C, KP, has_g, has_x, _out_fma_products(C, KP, band, eorder, step8), 0, skip)
 
 
 # The state walk and the output kernel at once (OVERLAP): one launch, two roles
@@ -3211,8 +3265,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         args_s = (q, k, v, bcum, d3, d3, d3, d3, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(None, 4),
                   np.float32(scale), hs)
     if out_kernel is None:
-        skip_, band_, eorder_ = _out_tri()
-        parts = (_out_fma_products(C, KP, band_, eorder_), 0, _out_layout(C, KP)[-1])
+        parts = (_out_fma_products(C, KP, *_out_tri()[1:]), 0, _out_layout(C, KP)[-1])
     else:
         parts = getattr(out_kernel, "parts", lambda C_, KP_: None)(C, KP)
     overlap = (OVERLAP and STATE_KERNEL == "pipelined" and not has_x and parts is not None
