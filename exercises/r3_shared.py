@@ -160,9 +160,9 @@ BV_DEFAULT = 64
 # its launch _gates_launch, _split_state_kernel with its tilings split_tile / split_state_threads / _p2_rows4_tall
 # and its walk _split_state_body (its state update: _walk_update), _out_kernel: the slab pipeline _out_pipeline /
 # _out_body with
-# r3's products _out_fma_products (its loops _mm_4x8 / _mm_4x8_e / _mm_4x8_by8, the letters of OUT_TRI read by
-# _out_tri) and its scores _out_scores (each half of the block over half of d:
-# _half_scores_step / _step_lo / _send / _finish),
+# r3's products _out_fma_products (its loops _mm_4x8_loop, their steps _mm_4x8_stepper, the letters of OUT_TRI
+# read by _out_tri) and its scores _out_scores (each half of the block over half of d:
+# _half_scores_stepper / _send / _finish),
 # their copiers _rows_copier / _rows_copier_at / _rows_scaler / _rows_adder, the walk and the output in one launch
 # _overlap_kernel with overlap_bytes, _flags, _zero_flags and _backoff, _split_runs, _split_launches, and
 # split_deferred, r4's phases 1 and 3; the delta family's walk _split_delta_kernel with _split_delta_layout and its
@@ -175,9 +175,9 @@ from linattn_numba.rungs.r3_shared import (  # noqa: E402,F401
     _half_scores_send,
     _half_scores_step,
     _half_scores_step_lo,
-    _mm_4x8_by8,
-    _mm_4x8_e,
-    _mm_4x8_step_e,
+    _half_scores_stepper,
+    _mm_4x8_loop,
+    _mm_4x8_stepper,
     _out_body,
     _out_scores,
     _overlap_kernel,

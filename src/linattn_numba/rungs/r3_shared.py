@@ -598,7 +598,7 @@ The output kernel's triangle and map (:data:`OUT_TRI`, default ``"sbe"``; :func:
 does). ``s``: the scores' warps whose rows all lie above sub-tile 2 i + 1 skip it (:func:`_out_scores`: 10 % of the
 scores' FMAs, on half their warps). ``b``: the products' map of 2 x 16 tiles a warp (8-row bands) instead of 4 x 8;
 each load of the right factor then takes two wavefronts. ``e``: the products' FMAs with the inner step outermost
-(:func:`_mm_4x8_step_e`: every sum in the same order, another schedule from ptxas). ``8``, not in the default: with
+(:func:`_mm_4x8_stepper`: every sum in the same order, another schedule from ptxas). ``8``, not in the default: with
 ``b``, Aqk V in steps of 8, so an 8-row band stops at its own end (32,768 FMAs fewer a block; in steps of 16 it runs
 to the end of a 16-row band, the same FMAs as 4 x 8). Every letter gives the same bits (the skipped terms are
 products with Aqk's zeros above the diagonal; ``tests/test_r3_shared.py::test_out_tri``, and the tuner's oracle
@@ -1191,41 +1191,36 @@ def _scores(sm, O_K, O_Q, O_AQK, O_LA, O_B, O_BETA, KS, CS, C4, KP, tid, has_g, 
                 sm[O_LA + t * CS + s] = sm[O_BETA + t] * acc_kk[4 * i + j] * dec if lt else float32(0.0)
 
 
-@cuda.jit(device=True, inline="always")
-def _half_scores_step(sm, acc, qa, kb, pq, pk, rq, rk):
+@functools.lru_cache(maxsize=None)
+def _half_scores_stepper(lo=False):
     """:func:`_out_scores`' step, 4 values of d: acc[8 i + j] += sum_{f < 4} Q[i, f] K[j, f] for the entries (i, j)
     that can lie on or below the diagonal (j <= 2 i + 1), Q's row i at ``sm[pq + i rq]``, K's row j at ``sm[pk + j
-    rk]``: 12 loads of 16 bytes, then 80 FMAs (:func:`_scores_step8`: 16 loads per 80)."""
-    for i in range(4):
-        x = ld4(sm, pq + i * rq)
-        for f in range(4):
-            qa[4 * i + f] = x[f]
-    for j in range(8):
-        y = ld4(sm, pk + j * rk)
-        for f in range(4):
-            kb[4 * j + f] = y[f]
-    for i in range(4):
-        for j in range(2 * i + 2):
+    rk]``: 12 loads of 16 bytes, then 80 FMAs (:func:`_scores_step8`: 16 loads per 80). ``lo``: for a warp whose
+    rows all lie above sub-tile 2 i + 1 (tr < C/8), entries j <= 2 i only: 11 loads (K's row 7 is never read), then
+    64 FMAs."""
+    NJ = 7 if lo else 8  # K's rows read
+    LO = int(lo)  # entries j < 2 i + 2 - LO of tile row i
+
+    @cuda.jit(device=True, inline="always")
+    def step(sm, acc, qa, kb, pq, pk, rq, rk):
+        for i in range(4):
+            x = ld4(sm, pq + i * rq)
             for f in range(4):
-                acc[8 * i + j] += qa[4 * i + f] * kb[4 * j + f]
+                qa[4 * i + f] = x[f]
+        for j in range(NJ):
+            y = ld4(sm, pk + j * rk)
+            for f in range(4):
+                kb[4 * j + f] = y[f]
+        for i in range(4):
+            for j in range(2 * i + 2 - LO):
+                for f in range(4):
+                    acc[8 * i + j] += qa[4 * i + f] * kb[4 * j + f]
+
+    return step
 
 
-@cuda.jit(device=True, inline="always")
-def _half_scores_step_lo(sm, acc, qa, kb, pq, pk, rq, rk):
-    """:func:`_half_scores_step` for a warp whose rows all lie above sub-tile 2 i + 1 (tr < C/8): entries j <= 2 i
-    only, 11 loads of 16 bytes (K's row 7 is never read), then 64 FMAs."""
-    for i in range(4):
-        x = ld4(sm, pq + i * rq)
-        for f in range(4):
-            qa[4 * i + f] = x[f]
-    for j in range(7):
-        y = ld4(sm, pk + j * rk)
-        for f in range(4):
-            kb[4 * j + f] = y[f]
-    for i in range(4):
-        for j in range(2 * i + 1):
-            for f in range(4):
-                acc[8 * i + j] += qa[4 * i + f] * kb[4 * j + f]
+_half_scores_step = _half_scores_stepper(False)
+_half_scores_step_lo = _half_scores_stepper(True)
 
 
 @cuda.jit(device=True, inline="always")
@@ -1278,9 +1273,9 @@ def _out_scores(sm, O_K, O_Q, O_AQK, O_B, KS, CS, C, KP, tid, has_g, skip=False)
 
     ``skip`` (:data:`OUT_TRI`'s ``s``, at C = 64): entry (tr + C/4 i, tc + C/8 (2 i + 1)) lies on or below the
     diagonal only where tc + C/8 <= tr, so the two warps of each half whose rows are tr < C/8 (p < 64) never need
-    sub-tile 2 i + 1: they take :func:`_half_scores_step_lo` (16 of the 20 entries, 11 loads a step), and their
-    partial sums there stay zero, which the finishing step never reads (it stores 0 there). The same bits; 10 % of
-    the scores' FMAs fewer, on half the warps."""
+    sub-tile 2 i + 1: they take :func:`_half_scores_stepper`'s ``lo`` step (16 of the 20 entries, 11 loads a
+    step), and their partial sums there stay zero, which the finishing step never reads (it stores 0 there). The
+    same bits; 10 % of the scores' FMAs fewer, on half the warps."""
     C4 = C // 4
     C8 = C // 8
     HALF = C4 * C8
@@ -2611,89 +2606,68 @@ def _rows_adder(ROWS, COLS, NTH):
     return cuda.jit(device=True, inline="always")(add)
 
 
-@cuda.jit(device=True, inline="always")
-def _mm_4x8_step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m):
-    """Steps m .. m + 3 of :func:`_mm_4x8`."""
-    for i in range(4):
-        x = ld4(sm, oa + ra[i] * sa + m)
-        for e in range(4):
-            a[4 * i + e] = x[e]
-    for e in range(4):
-        y = ld4(sm, ob + (m + e) * sb + c0)
-        z = ld4(sm, ob + (m + e) * sb + c0 + hb)
-        for j in range(4):
-            bb[8 * e + j] = y[j]
-            bb[8 * e + 4 + j] = z[j]
-    for i in range(4):
-        for e in range(4):
-            for j in range(8):
-                acc[8 * i + j] += a[4 * i + e] * bb[8 * e + j]
+@functools.lru_cache(maxsize=None)
+def _mm_4x8_stepper(eorder=False):
+    """Steps m .. m + 3 of :func:`_mm_4x8` (``step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m)``): 4 + 8 loads,
+    then 128 FMAs, tile row i outermost, or (``eorder``) the step of m outermost: every accumulator's sum in the same
+    order either way, another schedule from ptxas (bb's registers free a step earlier)."""
 
-
-@cuda.jit(device=True, inline="always")
-def _mm_4x8_step_e(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m):
-    """:func:`_mm_4x8_step` with the FMAs in another order (step e outer): the same sums in the same order per
-    accumulator, bb's registers free a step of e earlier."""
-    for i in range(4):
-        x = ld4(sm, oa + ra[i] * sa + m)
-        for e in range(4):
-            a[4 * i + e] = x[e]
-    for e in range(4):
-        y = ld4(sm, ob + (m + e) * sb + c0)
-        z = ld4(sm, ob + (m + e) * sb + c0 + hb)
-        for j in range(4):
-            bb[8 * e + j] = y[j]
-            bb[8 * e + 4 + j] = z[j]
-    for e in range(4):
+    @cuda.jit(device=True, inline="always")
+    def step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m):
         for i in range(4):
-            for j in range(8):
-                acc[8 * i + j] += a[4 * i + e] * bb[8 * e + j]
+            x = ld4(sm, oa + ra[i] * sa + m)
+            for e in range(4):
+                a[4 * i + e] = x[e]
+        for e in range(4):
+            y = ld4(sm, ob + (m + e) * sb + c0)
+            z = ld4(sm, ob + (m + e) * sb + c0 + hb)
+            for j in range(4):
+                bb[8 * e + j] = y[j]
+                bb[8 * e + 4 + j] = z[j]
+        if eorder:
+            for e in range(4):
+                for i in range(4):
+                    for j in range(8):
+                        acc[8 * i + j] += a[4 * i + e] * bb[8 * e + j]
+        else:
+            for i in range(4):
+                for e in range(4):
+                    for j in range(8):
+                        acc[8 * i + j] += a[4 * i + e] * bb[8 * e + j]
 
-
-@cuda.jit(device=True, inline="always")
-def _mm_4x8_e(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
-    """:func:`_mm_4x8` by :func:`_mm_4x8_step_e`."""
-    a = cuda.local.array(16, float32)
-    bb = cuda.local.array(32, float32)
-    for m in range(0, kdim, 16):
-        _mm_4x8_step_e(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m)
-        _mm_4x8_step_e(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 4)
-        _mm_4x8_step_e(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 8)
-        _mm_4x8_step_e(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 12)
+    return step
 
 
 @functools.lru_cache(maxsize=None)
-def _mm_4x8_by8(eorder):
-    """:func:`_mm_4x8` (``eorder``: :func:`_mm_4x8_e`) in steps of 8 of the inner dimension, two steps of 4 a loop
-    step, for ``kdim`` a multiple of 8 (where an 8-row band ends). Steps of 16 and then a last 8 made ptxas spill
+def _mm_4x8_loop(eorder=False, by=16):
+    """The loop ``mm(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim)``: acc[8 i + j] += sum_m A[ra[i], m] B[m, col_j] for
+    a 4 x 8 micro-tile, m < kdim (a multiple of ``by``): rows ``ra[0..3]`` of A (row-major at ``sm[oa + row * sa +
+    m]``), columns ``c0 .. c0 + 3`` and ``c0 + hb .. c0 + hb + 3`` of B (at ``sm[ob + m * sb + col]``). Per 4 steps
+    of m (:func:`_mm_4x8_stepper`, ``eorder`` its FMAs' order): 4 + 8 loads of 16 bytes, 128 FMAs (a 4 x 4 tile: 8
+    loads per 64 FMAs, :func:`_mm_nn`). ``by`` / 4 such steps per loop step, written out: every load's address is
+    then a base register plus a constant (with one step per loop step, ptxas rebuilt the addresses each step).
+    ``by`` = 8 (OUT_TRI's ``8``: 8-row bands end on multiples of 8); steps of 16 and then a last 8 made ptxas spill
     116 bytes in the overlapped launch (decay)."""
-    step = _mm_4x8_step_e if eorder else _mm_4x8_step
+    if by not in (8, 16):
+        raise ValueError(f"_mm_4x8_loop: by must be 8 or 16, got {by}")
+    step = _mm_4x8_stepper(eorder)
 
     @cuda.jit(device=True, inline="always")
     def mm(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
         a = cuda.local.array(16, float32)
         bb = cuda.local.array(32, float32)
-        for m in range(0, kdim, 8):
+        for m in range(0, kdim, by):
             step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m)
             step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 4)
+            if by == 16:
+                step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 8)
+                step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 12)
 
     return mm
 
 
-@cuda.jit(device=True, inline="always")
-def _mm_4x8(sm, acc, oa, sa, ra, ob, sb, c0, hb, kdim):
-    """acc[8 i + j] += sum_m A[ra[i], m] B[m, col_j] for a 4 x 8 micro-tile, m < kdim (a multiple of 16): rows
-    ``ra[0..3]`` of A (row-major at ``sm[oa + row * sa + m]``), columns ``c0 .. c0 + 3`` and ``c0 + hb .. c0 + hb
-    + 3`` of B (at ``sm[ob + m * sb + col]``). Per 4 steps of m: 4 + 8 loads of 16 bytes, 128 FMAs (a 4 x 4 tile:
-    8 loads per 64 FMAs, :func:`_mm_nn`). Four such steps per loop step, written out: every load's address is then
-    a base register plus a constant (with one step per loop step, ptxas rebuilt the addresses each step)."""
-    a = cuda.local.array(16, float32)
-    bb = cuda.local.array(32, float32)
-    for m in range(0, kdim, 16):
-        _mm_4x8_step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m)
-        _mm_4x8_step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 4)
-        _mm_4x8_step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 8)
-        _mm_4x8_step(sm, acc, a, bb, oa, sa, ra, ob, sb, c0, hb, m + 12)
+_mm_4x8_step = _mm_4x8_stepper(False)
+_mm_4x8 = _mm_4x8_loop(False, 16)
 
 
 @functools.lru_cache(maxsize=None)
@@ -2709,8 +2683,8 @@ def _out_fma_products(C, KP, band=16, eorder=False, step8=False):
 
     ``band`` = 8 (:data:`OUT_TRI`'s ``b``, at C = 64 only): 2 x 16 tiles a warp (:func:`_quad_map` row-major), so
     a warp's rows span 8 rows, not 16; each load of the right factor then reads 16 distinct float4 of a slab row,
-    two wavefronts where the 4 x 8 map needs one. ``eorder`` (``e``): :func:`_mm_4x8_e`. ``step8`` (``8``, with
-    ``band`` = 8): Aqk V in steps of 8 (:func:`_mm_4x8_by8`); in steps of 16 an 8-row band's product runs to the
+    two wavefronts where the 4 x 8 map needs one. ``eorder`` (``e``): :func:`_mm_4x8_stepper`'s order. ``step8`` (``8``,
+    with ``band`` = 8): Aqk V in steps of 8 (:func:`_mm_4x8_loop`); in steps of 16 an 8-row band's product runs to the
     end of its 16-row band, the same FMAs as the 4 x 8 map.
 
     What the triangle costs (counted from the loops, at C = 64, K' = V = 128): ``Aqk V`` stops at a warp's last
@@ -2740,8 +2714,8 @@ def _out_fma_products(C, KP, band=16, eorder=False, step8=False):
         else:  # 2 x 16 tiles a warp (band 8 rows)
             ctx[5] = 4 * (rr - rr % 2) + 8
 
-    mm = _mm_4x8_e if eorder else _mm_4x8
-    mmv = _mm_4x8_by8(eorder) if band == 8 and step8 else mm  # Aqk V: 8-row bands stop on multiples of 8
+    mm = _mm_4x8_loop(eorder, 16)
+    mmv = _mm_4x8_loop(eorder, 8 if band == 8 and step8 else 16)  # Aqk V: 8-row bands stop on multiples of 8
 
     @cuda.jit(device=True, inline="always")
     def fma_state(sm, acc, ctx, off, s):
@@ -2784,9 +2758,9 @@ def _out_tri():
 
     * ``s``: the scores' warps whose rows all lie above sub-tile 2 i + 1 skip it (:func:`_out_scores`, C = 64);
     * ``b``: 2 x 16 tiles a warp for the products (8-row bands; :func:`_out_fma_products`), 4 x 8 without;
-    * ``e``: the products' FMAs with the step of the inner dimension outermost (:func:`_mm_4x8_step_e`);
+    * ``e``: the products' FMAs with the step of the inner dimension outermost (:func:`_mm_4x8_stepper`);
     * ``8``: with ``b``, Aqk V in steps of 8 of its inner dimension, so an 8-row band stops at its own end
-      (:func:`_mm_4x8_by8`; in steps of 16 it stops where a 16-row band would)."""
+      (:func:`_mm_4x8_loop`; in steps of 16 it stops where a 16-row band would)."""
     t = "" if OUT_TRI in (None, "none") else str(OUT_TRI)
     if set(t) - set("sbe8"):
         raise ValueError(f"rung {NAME!r}: OUT_TRI takes letters of 'sbe8', got {OUT_TRI!r}")
@@ -3264,8 +3238,9 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         nth_s = (KP // 4) * (BV // 4)
         args_s = (q, k, v, bcum, d3, d3, d3, d3, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(None, 4),
                   np.float32(scale), hs)
+    tri = _out_tri() if out_kernel is None else None  # r3's output kernel: (skip, band, eorder, step8)
     if out_kernel is None:
-        parts = (_out_fma_products(C, KP, *_out_tri()[1:]), 0, _out_layout(C, KP)[-1])
+        parts = (_out_fma_products(C, KP, *tri[1:]), 0, _out_layout(C, KP)[-1])
     else:
         parts = getattr(out_kernel, "parts", lambda C_, KP_: None)(C, KP)
     overlap = (OVERLAP and STATE_KERNEL == "pipelined" and not has_x and parts is not None
@@ -3275,7 +3250,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     if overlap:
         products, pad, out_floats = parts
         kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats,
-                                 _out_tri()[0])
+                                 tri[0])
         flags = _flags(1 + BH * NC, stream)
         nwalk = cdiv(V, BV) * BH
         args_v = (q, k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags, np.int32(nwalk),
@@ -3295,7 +3270,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         return todo
     todo.append(("state", lambda: _launch(kern_s, (cdiv(V, BV), BH), nth_s, smem_s, stream, args_s)))
     if out_kernel is None:
-        kern_o = _out_kernel(C, KP, has_g, has_x, *_out_tri())
+        kern_o = _out_kernel(C, KP, has_g, has_x, *tri)
         smem_o, nth_o = _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
     else:
         kern_o, smem_o, nth_o = out_kernel(C, KP, has_g, has_x)
