@@ -3238,7 +3238,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         nth_s = (KP // 4) * (BV // 4)
         args_s = (q, k, v, bcum, d3, d3, d3, d3, or_dummy(h0, 4), or_dummy(ht, 4), or_dummy(None, 4),
                   np.float32(scale), hs)
-    tri = _out_tri() if out_kernel is None else None  # r3's output kernel: (skip, band, eorder, step8)
+    tri = _out_tri()  # (skip, band, eorder, step8); skip also applies to another output kernel's overlapped launch
     if out_kernel is None:
         parts = (_out_fma_products(C, KP, *tri[1:]), 0, _out_layout(C, KP)[-1])
     else:
