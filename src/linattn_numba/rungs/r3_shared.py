@@ -701,7 +701,7 @@ import functools
 import math
 
 import numpy as np
-from numba import config, cuda, float32, types
+from numba import config, cuda, float32, types, uint32
 
 from .._common import (FLAG_COMBOS, INPUT_DTYPES, SMEM_MAX, array_type, cdiv, launch_dynamic, or_dummy,
                        rows_aligned, scratch, scratch_key)
@@ -2955,6 +2955,7 @@ def _out_kernel(C, KP, has_g, has_x=False, skip=False, band=16, eorder=False, st
 # The state walk and the output kernel at once (OVERLAP): one launch, two roles
 OVERLAP = True  # the split schedule's default: _overlap_kernel where it runs (read at launch; tune_r3.py --vary)
 OVERLAP_SLEEP_NS = 200  # a waiting output block's thread 0 sleeps this long between two looks at its count
+TICKET_U32 = True  # an output block's chunk and head from its ticket by 32-bit divisions (read at launch; tune_r3)
 
 if config.ENABLE_CUDASIM:
     @cuda.jit(device=True)
@@ -2985,7 +2986,7 @@ def _flags(n, stream):
 
 
 @functools.lru_cache(maxsize=None)
-def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_floats, skip=False):
+def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_floats, skip=False, u32=True):
     """The split schedule's state walk and its output in one launch (:data:`OVERLAP`), so that the output of the
     chunks already walked is computed while the walk goes on.
 
@@ -3026,15 +3027,23 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
         if cuda.threadIdx.x == 0:
             t = cuda.atomic.add(flags, 0, 1)
             smi[SLOT] = t
-            if t >= nwalk:  # an output block's chunk and head, by one thread (divisions: ~100 instructions a warp)
-                H = q.shape[2]
-                u = t - nwalk
-                BH = q.shape[0] * H
-                c = u // BH
-                bh = u - c * BH
+            if t >= nwalk:  # an output block's chunk and head, by one thread while the others wait at the barrier
+                if u32:  # unsigned 32-bit divisions (div.u32, where int64 // is a subroutine of ~60 instructions);
+                    H = uint32(q.shape[2])  # each product is cast back: Numba's uint32 * uint32 is 64 bits wide
+                    BH = uint32(q.shape[0] * q.shape[2])
+                    u = uint32(t - nwalk)  # tickets are int32: t < 2^31
+                    c = u // BH
+                    bh = uint32(u - c * BH)
+                else:
+                    H = q.shape[2]
+                    BH = q.shape[0] * H
+                    u = t - nwalk
+                    c = u // BH
+                    bh = u - c * BH
+                b = bh // H
                 smi[SLOT + 1] = c
-                smi[SLOT + 2] = bh // H
-                smi[SLOT + 3] = bh % H
+                smi[SLOT + 2] = b
+                smi[SLOT + 3] = bh - b * H
         cuda.syncthreads()  # the ticket (and an output block's map), for every thread
         t = smi[SLOT]
         if t < nwalk:
@@ -3250,7 +3259,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     if overlap:
         products, pad, out_floats = parts
         kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats,
-                                 tri[0])
+                                 tri[0], bool(TICKET_U32))
         flags = _flags(1 + BH * NC, stream)
         nwalk = cdiv(V, BV) * BH
         args_v = (q, k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags, np.int32(nwalk),
