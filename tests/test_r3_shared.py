@@ -234,6 +234,22 @@ def test_overlap_any_block_order(monkeypatch):
     assert np.array_equal(o_rev, o_fwd) and np.array_equal(h_rev, h_fwd)
 
 
+@pytest.mark.parametrize("u32", [1, 0], ids=str)
+def test_overlap_ticket_divisions(monkeypatch, u32):
+    """An output block's chunk and head from its ticket in unsigned 32-bit or in int64 divisions (``TICKET_U32``):
+    B = 2, H = 2 (ticket -> chunk, b, h), T = 70 at C = 16 (a short last chunk), two value tiles; against the oracle
+    and bit for bit the two launches."""
+    inp = make(2, 70, 2, 16, 32, "decay", seed=78)
+    monkeypatch.setattr(r3, "TICKET_U32", u32)
+    assert _kernel_names(inp, 16, bv=16) == ["overlap"]
+    o1, h1 = run(inp, 16, True, True, bv=16)
+    o_ref, h_ref = oracle(inp)
+    assert rel_err(o1, o_ref) <= TOL_FP32 and rel_err(h1, h_ref) <= TOL_FP32
+    monkeypatch.setattr(r3, "OVERLAP", False)
+    o2, h2 = run(inp, 16, True, True, bv=16)
+    assert np.array_equal(o1, o2) and np.array_equal(h1, h2)
+
+
 def test_signal_and_exp_twins():
     """The simulator's twins of the overlapped launch's signalling and of r3's exponential: ``red_release_add`` loses
     no increment among a block's threads (Python threads: a lock, where ``a[i] += x`` alone could), ``ld_acquire``

@@ -627,6 +627,20 @@ decay 1.3327 ms against fla ``chunk_simple_gla`` 0.8807, 1.513x; plain 1.2891 ms
 ``figures/data/h200_r3_301876c.json``, ``h200_r0_plain_301876c.json``): sbe's decay, 1.3215-1.3231 ms, is
 1.5005-1.5023x that fla time, and its plain, 1.2783, 97.3x r0. Both targets are still short.
 
+The output blocks' start (:data:`TICKET_U32`). In the H100 profile of the overlapped launch at 2fa709f (plain,
+``figures/data/probes/h100_ncu_src_r3_overlap_2fa709f_3.csv.gz``) the barrier after an output block's ticket held
+3.3 % of all warp-stall samples: seven warps waiting while thread 0 took the ticket (about 105 samples on its
+atomic) and divided it into chunk and head (467 samples in Numba's int64 divisions, 124 SASS instructions). Then
+the block waited for K's and Q's copies (1.4 % on the ``cp.async`` wait, 1.4 % at the barrier after it). The
+divisions are now unsigned 32-bit (~50 instructions on thread 0's path; :func:`_overlap_kernel`). Timed on an H100
+(no H200 was lent that session) at the standard shape, decay, oracle-checked, in one process, one run each
+(``tools/tune_r3.py --vary r3_shared.TICKET_U32=0,1 --vary r3_shared.OVERLAP_AHEAD=0,64``, the log
+``figures/data/probes/h100_tune_r3_ticket_177ddcb.log``): 1.3272 ms with the int64 divisions, 1.3218 ms with
+the 32-bit ones (-0.4 %). The other half, an L2 prefetch of K's and Q's rows of the block 64 tickets ahead by every
+output block (so that its copies would hit L2: they come from HBM, the output lagging the walk by up to about 45
+chunks), made it slower: 1.3397 ms (branch ``ticket``, 177ddcb; not kept). Both are single runs on one GPU, and the
+H200 has not timed either.
+
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule
 runs (the delta family has a split of its own: the next section but one). compute-sanitizer's memcheck,
@@ -3008,9 +3022,12 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
 
     Shared memory: the larger of the two layouts, and four ints past it (``out_floats``: the output layout's
     floats; r6's pads its slabs): the ticket, and for an output block its chunk and head (b, h), which thread 0
-    works out once (two 64-bit divisions by values known only at run time, ~100 instructions that every warp ran
-    when each worked them out). The same results as the two kernels, bit for bit: the same products in
-    the same order."""
+    works out once (two divisions by values known only at run time, ~100 instructions that every warp ran when each
+    worked them out) while the block's other warps wait at the barrier. ``u32`` (:data:`TICKET_U32`): those
+    divisions in unsigned 32 bits (``div.u32``, inline, ~18 SASS instructions each; tickets are int32), not
+    Numba's int64 ``//`` (a subroutine): thread 0's path from the ticket's atomic to the barrier took 124 SASS
+    instructions and now ~50 (``tools/sass.py``, sm_90; what it gained: the module docstring). The same results as
+    the two kernels, bit for bit: the same products in the same order."""
     NTH = split_state_threads(KP, BV, rows)
     if NTH != (C // 4) ** 2:
         raise ValueError(f"rung {NAME!r}: the overlapped kernel needs the walk's {NTH} threads per block to be the "
