@@ -641,13 +641,38 @@ output block (so that its copies would hit L2: they come from HBM, the output la
 chunks), made it slower: 1.3397 ms (branch ``ticket``, 177ddcb; not kept). Both are single runs on one GPU, and the
 H200 has not timed either.
 
+The value phase balanced between the warps, tried and not kept (branch ``vbal``, b479a4b: :data:`OUT_TRI`'s letter
+``v``). Slab by slab, Aqk V's bands of rows run to 16, 32, 48 and 64 rows of V, so at the two value slabs' barriers
+most warps wait for the last band: 64 steps of the inner dimension on a block's longest path, for 40 on average.
+``v`` took both value slabs in one step (they lie in X1 and X2, which are contiguous) and paired band i with band
+NB - 1 - i: the shorter band did its own rows and stored them, then the first x steps of its partner's rows (x a
+multiple of 8 that evens out the pair: at most 40 steps for any band) into its zeroed accumulators, and left those
+in Q's space (free once the state slabs are done) for the partner to add after a barrier. It passed the simulator's
+``test_out_tri`` cases on that branch (against the oracle, and within float32 rounding of the output without it);
+ptxas (``tools/sass.py``, sm_90) spilled 24 bytes in the overlapped launch for plain, 16 to 44 for decay, where
+``sbe`` spills none. Timed on an H100 at the standard shape, oracle-checked, the variants in one process per
+recurrence, one run each (``figures/data/probes/h100_tune_r3_vbal_{plain,decay}_b479a4b.json``), ms:
+
+==========  ======  ======================  ======================
+recurrence  sbe     sbev (8-row bands)      sev (16-row bands)
+==========  ======  ======================  ======================
+plain       1.2874  1.2912                  1.3089
+decay       1.3210  1.3236                  1.3430
+==========  ======  ======================  ======================
+
+Both were slower. A guess, not measured: the launch is bound by instruction issue over the whole SM, not by one
+block's longest path, so the warps a band leaves idle at a barrier cost little while the SM's other block and the
+walker issue; ``v`` adds the partial sums' stores, loads and barrier, and the spills.
+
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule
 runs (the delta family has a split of its own: the next section but one). compute-sanitizer's memcheck,
 racecheck and synccheck: ``figures/data/h200_sanitize_par_*.txt`` (the README's list); the 8 x 4 tiling, forced at
 the sanitizer's shape (B2 T300 H2 K64 V80, where the rule picks 4 x 4) by ``tools/sanitize.py --vary
 r3_shared.SPLIT_ROWS=8 --vary r3_shared.SPLIT_BV=64``, under r3, r6 and r4 (plain, decay): nothing reported
-(``figures/data/h200_sanitize_par_5661884.txt``).
+(``figures/data/h200_sanitize_par_5661884.txt``); at dc2053e (:data:`TICKET_U32`), under r3 at B1 T300 H2 K=V=128
+(where the overlapped launch runs) in both tilings, on an H100: nothing reported
+(``figures/data/probes/h100_sanitize_par_dc2053e.txt``).
 
 The start state deferred (:func:`split_deferred`, for r4 ``scan``): the state kernel can walk from zero while the
 true start state X is not yet known, writing besides every chunk's state H_c the log decay lg_c before the chunk
