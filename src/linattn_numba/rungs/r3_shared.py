@@ -740,7 +740,7 @@ import functools
 import math
 
 import numpy as np
-from numba import config, cuda, float32, types, uint32
+from numba import config, cuda, float32, int64, types, uint32
 
 from .._common import (FLAG_COMBOS, INPUT_DTYPES, SMEM_MAX, array_type, cdiv, launch_dynamic, or_dummy,
                        rows_aligned, scratch, scratch_key)
@@ -3060,6 +3060,7 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
     walk = _split_state_body(C, KP, BV, has_g, has_h0, has_ht, False, rows, True)
     out = _out_body(C, KP, has_g, False, products, pad, True, skip)
     SLOT = max(_split_state_layout(C, KP, BV)[-1], out_floats)  # the ticket and its map, past both roles' arrays
+    TI = uint32 if u32 else int64  # the type of the ticket's divisions
 
     def overlap(q, k, v, bcum, h0, ht, hs, o, scale, flags, nwalk, ntiles):
         """Block with ticket t: value tile t mod ntiles of head t // ntiles walks (t < nwalk), else the output of
@@ -3070,18 +3071,11 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
             t = cuda.atomic.add(flags, 0, 1)
             smi[SLOT] = t
             if t >= nwalk:  # an output block's chunk and head, by one thread while the others wait at the barrier
-                if u32:  # unsigned 32-bit divisions (div.u32, where int64 // is a subroutine of ~60 instructions);
-                    H = uint32(q.shape[2])  # each product is cast back: Numba's uint32 * uint32 is 64 bits wide
-                    BH = uint32(q.shape[0] * q.shape[2])
-                    u = uint32(t - nwalk)  # tickets are int32: t < 2^31
-                    c = u // BH
-                    bh = uint32(u - c * BH)
-                else:
-                    H = q.shape[2]
-                    BH = q.shape[0] * H
-                    u = t - nwalk
-                    c = u // BH
-                    bh = u - c * BH
+                H = TI(q.shape[2])  # TI: uint32 gives div.u32, where int64 // is a subroutine of ~60 instructions
+                BH = TI(q.shape[0] * q.shape[2])
+                u = TI(t - nwalk)  # tickets are int32: t < 2^31
+                c = u // BH
+                bh = TI(u - c * BH)  # cast back: Numba's uint32 * uint32 is 64 bits wide
                 b = bh // H
                 smi[SLOT + 1] = c
                 smi[SLOT + 2] = b
