@@ -204,6 +204,27 @@ def test_out_tri(monkeypatch, recurrence, tri, rows):
         run(inp, 64, False, True, bv=64)
 
 
+@pytest.mark.parametrize("recurrence,T,C,K,V,bv,rows", [
+    ("plain", 45, 16, 64, 36, None, 4), ("decay", 70, 32, 40, 8, None, 4), ("decay", 70, 64, 128, 64, 64, 8),
+    ("plain", 20, 16, 128, 8, None, 4)], ids=str)
+def test_out_unroll(monkeypatch, recurrence, T, C, K, V, bv, rows):
+    """The output's slabs written out per pass (``OUT_UNROLL``, ``_out_body``'s ``slab_step``) against its loop over
+    slabs, for every kind of pass: at C = 16, K' = 64 five slabs a pass (buffers that turn from pass to pass) and two
+    passes (V = 36 > 2 C); at C = 32, K' = 64 three (one buffer per slab); at C = 64, K' = 128 six, in the overlapped
+    launch (8 x 4 tiles); at C = 16, K' = 128 nine, the most. Against the oracle, and bit for bit the loop's output
+    and final state (the same products in the same order). The deferred start state with it:
+    ``test_split_deferred``."""
+    inp = make(1, T, 1, K, V, recurrence, seed=T + C + K)
+    monkeypatch.setattr(r3, "SPLIT_ROWS", rows)
+    kw = {} if bv is None else {"bv": bv}
+    monkeypatch.setattr(r3, "OUT_UNROLL", True)
+    check(inp, C, False, True, **kw)
+    o1, h1 = run(inp, C, False, True, **kw)
+    monkeypatch.setattr(r3, "OUT_UNROLL", False)
+    o2, h2 = run(inp, C, False, True, **kw)
+    assert np.array_equal(o1, o2) and np.array_equal(h1, h2)
+
+
 class _ReversedGrid:
     """numpy, except that ``ndindex`` (the simulator's loop over a grid's blocks) runs backwards."""
 

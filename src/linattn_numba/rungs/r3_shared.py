@@ -2806,12 +2806,13 @@ def _out_tri():
     return "s" in t, 8 if "b" in t else 16, "e" in t, "8" in t
 
 
+OUT_UNROLL = True  # the output's slabs written out per pass (_out_body's slab; read at launch; tools/tune_r3.py --vary)
 OUT_CTX = 10  # integers of a thread's map in _out_pipeline (the products' setup fills what they use)
 
 
-def _out_pipeline(C, KP, has_g, has_x, products, pad=0, skip=False):
+def _out_pipeline(C, KP, has_g, has_x, products, pad=0, skip=False, unroll=False):
     """The split schedule's output kernel: :func:`_out_body` on block (x, y) = (chunk, b H + h)."""
-    body = _out_body(C, KP, has_g, has_x, products, pad, False, skip)
+    body = _out_body(C, KP, has_g, has_x, products, pad, False, skip, unroll)
 
     def out(q, k, v, bcum, hs, o, scale, x, lg):
         """Chunk x of head y: o[b, t0 + t, h, :V] for the chunk's rows t < n."""
@@ -2826,7 +2827,7 @@ def _out_pipeline(C, KP, has_g, has_x, products, pad=0, skip=False):
 
 
 @functools.lru_cache(maxsize=None)
-def _out_body(C, KP, has_g, has_x, products, pad, wait, skip=False):
+def _out_body(C, KP, has_g, has_x, products, pad, wait, skip=False, unroll=False):
     """The split schedule's output (a device function, ``body(sm, q, k, v, bcum, hs, o, scale, x, lg, c, b, h, flags,
     ntiles)`` for chunk c of head (b, h); :func:`_out_pipeline` and :func:`_overlap_kernel` run it), one chunk of one
     head per block (fla's ``chunk_fwd_o``), its copies
@@ -2902,6 +2903,67 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, skip=False):
             sv = (s - NSS) * SR
             cp_val(sm, off, SW, v, b, h, t0 + sv, n - sv, V, col, tid)
 
+    @cuda.jit(device=True, inline="always")
+    def issue_state(sm, v, hs, b, h, bh, c, t0, n, V, s, col, off, tid):
+        """:func:`issue` for a slab known to be S_c's (``unroll``: no branch on s)."""
+        cp_state(sm, off, SW, hs, bh, c * KP + s * SR, V, col, tid)
+
+    @cuda.jit(device=True, inline="always")
+    def issue_value(sm, v, hs, b, h, bh, c, t0, n, V, s, col, off, tid):
+        """:func:`issue` for a slab known to be the values'."""
+        sv = (s - NSS) * SR
+        cp_val(sm, off, SW, v, b, h, t0 + sv, n - sv, V, col, tid)
+
+    def slab_step(s):
+        """``unroll``: slab s of a pass as a device function ``step(sm, v, hs, o, scale, x, w, b, h, bh, c, t0, n, V,
+        K, tid, ctx, acc, p, npass, rp)``: the loop's step (below) for one slab of pass p, with s a constant
+        here in Python, so that the product, the copy of slab j + 3 and the buffers are chosen once, when the kernel
+        is built (the loop's counters of slab, buffer and column cost ~50 instructions a slab and warp, in 64-bit
+        uniform arithmetic), and the other paths are not compiled at all (written as branches on s, the six slabs'
+        copies of every path took Numba 3.5 minutes to compile)."""
+        S1, D1 = (s + 1) % NSP, (s + 1) // NSP  # slab j + 1: its slab within its pass, and the passes ahead
+        S3, D3 = (s + 3) % NSP, (s + 3) // NSP  # slab j + 3, copied into slab j's buffer once that is read
+        LAST = s + 1 == NSP  # the pass's last slab: the store, and a next slab only if another pass follows
+        GATE = has_g and s == NSS - 1
+        ADD_X = has_x and S1 < NSS
+        FIXED = NSP % 3 == 0  # every pass's slab s in the same buffer (s mod 3)
+        R = s % 3
+        product = state_step if s < NSS else value_step
+        arg = s if s < NSS else (s - NSS) * SR  # the state slab, or the value rows' first
+        copy = issue_state if S3 < NSS else issue_value
+
+        @cuda.jit(device=True, inline="always")
+        def step(sm, v, hs, o, scale, x, w, b, h, bh, c, t0, n, V, K, tid, ctx, acc, p, npass, rp):
+            col = p * CBW
+            r = R if FIXED else (rp + s) % 3  # slab j = p NSP + s sits in buffer j mod 3
+            off = buf(r)
+            product(sm, acc, ctx, off, arg)
+            if GATE:
+                gate(sm, acc, ctx)
+            if LAST:
+                store(o, acc, ctx, b, h, t0, n, col, V, scale)
+            if not LAST or p + 1 < npass:
+                cp_async_wait_one()
+                if ADD_X:
+                    add_x(sm, buf(r + 1 if r < 2 else 0), SW, x, b, h, S1 * SR, K, col + D1 * CBW, V, w, tid)
+                cuda.syncthreads()  # slab j + 1 in place for all; slab j is read: its buffer takes slab j + 3
+                if p + D3 < npass:
+                    copy(sm, v, hs, b, h, bh, c, t0, n, V, S3, col + D3 * CBW, off, tid)
+                cp_async_commit()
+
+        return step
+
+    @cuda.jit(device=True, inline="always")
+    def none(sm, v, hs, o, scale, x, w, b, h, bh, c, t0, n, V, K, tid, ctx, acc, p, npass, rp):
+        """A pass's slab s >= NSP (there is none)."""
+        pass
+
+    if unroll and NSP > 9:
+        raise ValueError(f"rung {NAME!r}: the output's written-out pass takes at most 9 slabs, got {NSP}")
+    # ``unroll``: a pass is steps sl0 .. sl8, each called once (calls in sequence: a chain of calls nested in calls
+    # made Numba copy the IR of every level into the next, minutes of compiling); those past NSP do nothing
+    sl0, sl1, sl2, sl3, sl4, sl5, sl6, sl7, sl8 = (slab_step(i) if unroll and i < NSP else none for i in range(9))
+
     def out(sm, q, k, v, bcum, hs, o, scale, x, lg, c, b, h, flags, ntiles):
         """Chunk c of head (b, h): o[b, t0 + t, h, :V] for the chunk's rows t < n."""
         T, H, K = q.shape[1], q.shape[2], q.shape[3]
@@ -2945,6 +3007,23 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, skip=False):
         ctx = cuda.local.array(OUT_CTX, types.int32)  # constant indices only: registers
         setup(ctx, tid)
         acc = cuda.local.array(32, float32)
+        if unroll:  # the loop below with each pass's slabs written out (slab_step)
+            npass = NSL // NSP
+            rp = 0  # the buffer of the pass's first slab, (p NSP) mod 3
+            for p in range(npass):
+                for e in range(32):
+                    acc[e] = float32(0.0)
+                sl0(sm, v, hs, o, scale, x, w, b, h, bh, c, t0, n, V, K, tid, ctx, acc, p, npass, rp)
+                sl1(sm, v, hs, o, scale, x, w, b, h, bh, c, t0, n, V, K, tid, ctx, acc, p, npass, rp)
+                sl2(sm, v, hs, o, scale, x, w, b, h, bh, c, t0, n, V, K, tid, ctx, acc, p, npass, rp)
+                sl3(sm, v, hs, o, scale, x, w, b, h, bh, c, t0, n, V, K, tid, ctx, acc, p, npass, rp)
+                sl4(sm, v, hs, o, scale, x, w, b, h, bh, c, t0, n, V, K, tid, ctx, acc, p, npass, rp)
+                sl5(sm, v, hs, o, scale, x, w, b, h, bh, c, t0, n, V, K, tid, ctx, acc, p, npass, rp)
+                sl6(sm, v, hs, o, scale, x, w, b, h, bh, c, t0, n, V, K, tid, ctx, acc, p, npass, rp)
+                sl7(sm, v, hs, o, scale, x, w, b, h, bh, c, t0, n, V, K, tid, ctx, acc, p, npass, rp)
+                sl8(sm, v, hs, o, scale, x, w, b, h, bh, c, t0, n, V, K, tid, ctx, acc, p, npass, rp)
+                rp = (rp + NSP) % 3
+            return
         for e in range(32):
             acc[e] = float32(0.0)
         r = 0  # buffer of slab j (0, 1, 2: X0, X1, X2); slab j + 3 goes there too
@@ -2985,10 +3064,10 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, skip=False):
 
 
 @functools.lru_cache(maxsize=None)
-def _out_kernel(C, KP, has_g, has_x=False, skip=False, band=16, eorder=False, step8=False):
+def _out_kernel(C, KP, has_g, has_x=False, skip=False, band=16, eorder=False, step8=False, unroll=False):
     """r3's output kernel: :func:`_out_pipeline` with the products on the FMA units (:func:`_out_fma_products`).
     256 threads at C = 64 (one 4 x 8 tile each), 64 at C = 32, 16 at C = 16."""
-    return _out_pipeline(C, KP, has_g, has_x, _out_fma_products(C, KP, band, eorder, step8), 0, skip)
+    return _out_pipeline(C, KP, has_g, has_x, _out_fma_products(C, KP, band, eorder, step8), 0, skip, unroll)
 
 
 # The state walk and the output kernel at once (OVERLAP): one launch, two roles
@@ -3025,7 +3104,8 @@ def _flags(n, stream):
 
 
 @functools.lru_cache(maxsize=None)
-def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_floats, skip=False, u32=True):
+def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_floats, skip=False, u32=True,
+                    unroll=False):
     """The split schedule's state walk and its output in one launch (:data:`OVERLAP`), so that the output of the
     chunks already walked is computed while the walk goes on.
 
@@ -3058,7 +3138,7 @@ def _overlap_kernel(C, KP, BV, rows, has_g, has_h0, has_ht, products, pad, out_f
         raise ValueError(f"rung {NAME!r}: the overlapped kernel needs the walk's {NTH} threads per block to be the "
                          f"output's {(C // 4) ** 2}")
     walk = _split_state_body(C, KP, BV, has_g, has_h0, has_ht, False, rows, True)
-    out = _out_body(C, KP, has_g, False, products, pad, True, skip)
+    out = _out_body(C, KP, has_g, False, products, pad, True, skip, unroll)
     SLOT = max(_split_state_layout(C, KP, BV)[-1], out_floats)  # the ticket and its map, past both roles' arrays
     TI = uint32 if u32 else int64  # the type of the ticket's divisions
 
@@ -3295,7 +3375,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
     if overlap:
         products, pad, out_floats = parts
         kern_v = _overlap_kernel(C, KP, BV, rows, has_g, h0 is not None, ht is not None, products, pad, out_floats,
-                                 tri[0], bool(TICKET_U32))
+                                 tri[0], bool(TICKET_U32), bool(OUT_UNROLL))
         flags = _flags(1 + BH * NC, stream)
         nwalk = cdiv(V, BV) * BH
         args_v = (q, k, v, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, o, np.float32(scale), flags, np.int32(nwalk),
@@ -3315,7 +3395,7 @@ def _split_launches(q, k, v, g, o, h0, ht, scale, C, KP, NC, stream, bv, x=None,
         return todo
     todo.append(("state", lambda: _launch(kern_s, (cdiv(V, BV), BH), nth_s, smem_s, stream, args_s)))
     if out_kernel is None:
-        kern_o = _out_kernel(C, KP, has_g, has_x, *tri)
+        kern_o = _out_kernel(C, KP, has_g, has_x, *tri, unroll=bool(OUT_UNROLL))
         smem_o, nth_o = _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
     else:
         kern_o, smem_o, nth_o = out_kernel(C, KP, has_g, has_x)
@@ -3350,7 +3430,7 @@ def _split_delta_launches(q, k, v, g, beta, o, h0, ht, scale, C, KP, NC, stream,
     nth_s = split_state_threads(KP, BV, rows)
     args_s = (k, w, u, bcum, or_dummy(h0, 4), or_dummy(ht, 4), hs, vnew)
     if out_kernel is None:
-        kern_o = _out_kernel(C, KP, has_g, False, *_out_tri())
+        kern_o = _out_kernel(C, KP, has_g, False, *_out_tri(), unroll=bool(OUT_UNROLL))
         smem_o, nth_o = _out_layout(C, KP)[-1] * f4, (C // 4) ** 2
     else:
         kern_o, smem_o, nth_o = out_kernel(C, KP, has_g, False)
@@ -3471,12 +3551,15 @@ def compile_targets():
                         yield (f"overlap[{rec}{lab}]",
                                _overlap_kernel(C, KP, bv_, rows_, has_g, st, st,
                                                _out_fma_products(C, KP, *_out_tri()[1:]), 0,
-                                               _out_layout(C, KP)[-1], _out_tri()[0]).py_func,
+                                               _out_layout(C, KP)[-1], _out_tri()[0],
+                                               unroll=bool(OUT_UNROLL)).py_func,
                                (x4, x4, x4, s2, a4 if st else s4, a4 if st else s4, s3, a4, f32, i1, types.int32,
                                 types.int32))
-                    yield (f"out[{rec}]", _out_kernel(C, KP, has_g, False, *_out_tri()).py_func,
+                    yield (f"out[{rec}]", _out_kernel(C, KP, has_g, False, *_out_tri(),
+                                                      unroll=bool(OUT_UNROLL)).py_func,
                            (x4, x4, x4, s2, s3, a4, f32, s4, s2))
-                    yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True, *_out_tri()).py_func,
+                    yield (f"out[{rec},x]", _out_kernel(C, KP, has_g, True, *_out_tri(),
+                                                        unroll=bool(OUT_UNROLL)).py_func,
                            (x4, x4, x4, s2, s3, a4, f32, a4, s2))
     i1 = types.Array(types.int32, 1, "C")
     yield ("zero_flags", _zero_flags.py_func, (i1,))
