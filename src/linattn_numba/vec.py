@@ -120,6 +120,11 @@ def _exp_approx_py(x):
     return math.exp(x)
 
 
+def _pinned_py(x):
+    """``x`` (the simulator's twin of :func:`pinned`)."""
+    return x
+
+
 _RED_LOCK = threading.Lock()
 
 
@@ -141,6 +146,7 @@ nvJitLink does not reproduce (150-157 registers both ways), so reading the SASS 
 if config.ENABLE_CUDASIM:
     ld4, st4, st2, prefetch_l2, ld1, st1 = _ld4_py, _st_py, _st_py, _prefetch_py, _ld1_py, _st1_py
     ld_acquire, red_release_add, exp_approx = _ld_acquire_py, _red_release_add_py, _exp_approx_py
+    pinned = _pinned_py
     cp_async16, cp_async_wait_all = _cp_async16_py, _cp_async_wait_all_py
     cp_async_commit, cp_async_wait_one = _cp_async_commit_py, _cp_async_wait_one_py
     cp_async16_at = _cp_async16_at_py
@@ -460,6 +466,23 @@ else:
                                "l,r,~{memory}", side_effect=True)
             builder.call(asm, [builder.ptrtoint(ptr, i64), val])
             return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def pinned(typingctx, x):
+        """``x`` (an integer, as int64) through a ``mov.b64`` that the compiler may not move (an asm with side
+        effects): what is computed from the result stays after it, where a loop-invariant value would otherwise be
+        hoisted to the kernel's start and held in registers across everything between (r3's output: the source
+        offsets of every slab's copy, held across the products, spilled)."""
+        if not isinstance(x, types.Integer):
+            return None
+        sig = types.int64(x)
+
+        def codegen(context, builder, sig, args):
+            i64 = ir.IntType(64)
+            asm = ir.InlineAsm(ir.FunctionType(i64, [i64]), "mov.b64 $0, $1;", "=l,l", side_effect=True)
+            return builder.call(asm, [context.cast(builder, args[0], sig.args[0], types.int64)])
 
         return sig, codegen
 

@@ -772,7 +772,7 @@ BV_DEFAULT = 64
 
 # 128-bit loads and stores (moved to linattn_numba.vec so r1's decode step can use them too)
 from ..vec import (cp_async16_at, cp_async_commit, cp_async_wait_all, cp_async_wait_one, ld1, ld4,  # noqa: E402
-                   exp_approx, ld1_at, ld_acquire, prefetch_l2, red_release_add, st1, st4, st4_at)
+                   exp_approx, ld1_at, ld_acquire, pinned, prefetch_l2, red_release_add, st1, st4, st4_at)
 
 
 @cuda.jit(device=True, inline="always")
@@ -2934,7 +2934,11 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, skip=False, unroll=False
 
         @cuda.jit(device=True, inline="always")
         def step(sm, v, hs, o, scale, x, w, b, h, bh, c, t0, n, V, K, tid, ctx, acc, p, npass, rp):
-            col = p * CBW
+            # pinned here: the copies' offsets, computed from them, stay in this step (not hoisted to the kernel's
+            # start and held across the products: 96 bytes spilled for decay, 24 for plain)
+            c = pinned(c)
+            t0 = pinned(t0)
+            col = pinned(p) * CBW
             r = R if FIXED else (rp + s) % 3  # slab j = p NSP + s sits in buffer j mod 3
             off = buf(r)
             product(sm, acc, ctx, off, arg)
