@@ -664,6 +664,38 @@ Both were slower. A guess, not measured: the launch is bound by instruction issu
 block's longest path, so the warps a band leaves idle at a barrier cost little while the SM's other block and the
 walker issue; ``v`` adds the partial sums' stores, loads and barrier, and the spills.
 
+The output's slabs written out (:data:`OUT_UNROLL`). In the 2fa709f profile (plain, per SASS instruction) the
+loop over an output block's slabs kept its counters -- the slab, its buffer, its pass's first column, and the same
+for slab j + 3 -- in 64-bit uniform registers: about 50 instructions a slab and warp outside the products (13.8 M,
+3.5 M and 2.4 M warp instructions in three blocks, 2 % of the launch's), and each slab's copy chose between S_c's
+and the values' path at run time. Now a pass's NSP slabs (6 at C = 64, K' = 128) are steps written out, each built
+in Python for its slab (``_out_body``'s ``slab_step``): which product, which copy follows, which buffer and whether
+the gate or the store runs are fixed when the kernel is built, and only the pass index stays a variable (a second
+pass where V > 2 C). Two things were needed on the way. Calls nested in calls (a chain of steps) made Numba copy
+each level's IR into the next, and branches on the slab compiled every path six times: minutes of compiling; the
+steps are now called one after another (out[plain] takes Numba about 1.5 minutes to PTX where the loop took
+25-30 s). And the compiler hoisted every slab's copy offsets to the block's start, held across the products: ptxas
+spilled 24 bytes (plain) and 96 (decay, where the walk's copies reloaded spilled values every chunk). Each step now
+passes its chunk, first row and pass through :func:`linattn_numba.vec.pinned` (a ``mov.b64`` the compiler may not
+move), so its offsets are computed where it copies: 0 bytes spilled, 128 registers, 7,304 / 7,624 SASS instructions
+for the overlapped launch (plain / decay; 4,896 / 5,200 with the loop: the products are now six loops, not two).
+The output is the same bit for bit (``tests/test_r3_shared.py::test_out_unroll``: 3, 5, 6 and 9 slabs a pass, two
+passes, against the loop). Timed on an H100 (no H200 was lent), standard shape, oracle-checked, one process per
+recurrence, ms (``figures/data/probes/h100_tune_r3_unroll_*_{763c9fc,81f9db1}.json``):
+
+======================================  ==========================  ==========================
+tree                                    plain (loop / written out)  decay (loop / written out)
+======================================  ==========================  ==========================
+763c9fc (offsets hoisted, spills)       1.2855, 1.2874 / 1.2659,    1.3182, 1.3189 / 1.3547,
+                                        1.2639                      1.3536
+81f9db1 (offsets pinned, no spills)     1.2859, 1.2853 / 1.2475,    1.3090, 1.3194 / 1.2917,
+                                        1.2495                      1.2950
+======================================  ==========================  ==========================
+
+Plain 2.9 % faster, decay 1.3-2.1 %. Not timed on the H200, so the issue's targets are not judged by it. The delta
+family's output kernel (``_out_kernel``) takes the same steps (not timed); r6's output on the tensor cores
+(``r6_tensor_cores._out_pipe_kernel``) keeps the loop, since its products were not compiled or timed this way.
+
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule
 runs (the delta family has a split of its own: the next section but one). compute-sanitizer's memcheck,
@@ -2806,7 +2838,7 @@ def _out_tri():
     return "s" in t, 8 if "b" in t else 16, "e" in t, "8" in t
 
 
-OUT_UNROLL = True  # the output's slabs written out per pass (_out_body's slab; read at launch; tools/tune_r3.py --vary)
+OUT_UNROLL = True  # r3's output: each pass's slabs written out (_out_body's slab_step), not a loop (read at launch)
 OUT_CTX = 10  # integers of a thread's map in _out_pipeline (the products' setup fills what they use)
 
 
@@ -2868,7 +2900,10 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, skip=False, unroll=False
     issued, thread 0 waits until ``flags[1 + bh NC + c]`` counts ``ntiles`` (every value tile of S_c stored by the
     walk), reading it by ``ld.acquire.gpu`` (:func:`linattn_numba.vec.ld_acquire`) while the copies are in flight;
     the barrier that publishes K's and Q's rows then hands its view to the block, and only then is S_c's first slab
-    copied."""
+    copied.
+
+    ``unroll`` (:data:`OUT_UNROLL`): the slab loop below as each pass's slabs written out (``slab_step``, the module
+    docstring: same products, same order, same bits)."""
     C4 = C // 4
     NTH = C4 * C4
     KS, CS = KP + 4, C + 4
