@@ -2930,24 +2930,24 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, skip=False, unroll=False
         return O_X0 if r == 0 else O_R + (r - 1) * SL
 
     @cuda.jit(device=True, inline="always")
-    def issue(sm, v, hs, b, h, bh, c, t0, n, V, s, col, off, tid):
-        """Copy slab s (of the pass from value column ``col``) into the buffer at ``off``."""
-        if s < NSS:
-            cp_state(sm, off, SW, hs, bh, c * KP + s * SR, V, col, tid)
-        else:
-            sv = (s - NSS) * SR
-            cp_val(sm, off, SW, v, b, h, t0 + sv, n - sv, V, col, tid)
-
-    @cuda.jit(device=True, inline="always")
     def issue_state(sm, v, hs, b, h, bh, c, t0, n, V, s, col, off, tid):
-        """:func:`issue` for a slab known to be S_c's (``unroll``: no branch on s)."""
+        """Copy slab s < NSS (S_c's rows s SR .., of the pass from value column ``col``) into the buffer at
+        ``off``."""
         cp_state(sm, off, SW, hs, bh, c * KP + s * SR, V, col, tid)
 
     @cuda.jit(device=True, inline="always")
     def issue_value(sm, v, hs, b, h, bh, c, t0, n, V, s, col, off, tid):
-        """:func:`issue` for a slab known to be the values'."""
+        """Copy slab s >= NSS (the chunk's value rows (s - NSS) SR ..) likewise."""
         sv = (s - NSS) * SR
         cp_val(sm, off, SW, v, b, h, t0 + sv, n - sv, V, col, tid)
+
+    @cuda.jit(device=True, inline="always")
+    def issue(sm, v, hs, b, h, bh, c, t0, n, V, s, col, off, tid):
+        """Copy slab s, whichever it is (``slab_step`` knows which, and calls the one it needs)."""
+        if s < NSS:
+            issue_state(sm, v, hs, b, h, bh, c, t0, n, V, s, col, off, tid)
+        else:
+            issue_value(sm, v, hs, b, h, bh, c, t0, n, V, s, col, off, tid)
 
     def slab_step(s):
         """``unroll``: slab s of a pass as a device function ``step(sm, v, hs, o, scale, x, w, b, h, bh, c, t0, n, V,
