@@ -633,8 +633,10 @@ else:
 #   products' loops now issue 583 instructions per 512 FMAs), and the delta rule's intra kernel adds the
 #   inverse's short, barrier-separated steps. Outside the loops, integer work adds up: the split schedule's output
 #   kernel located each slab with `j // NSP` and `j % 3`, 64-bit divisions by constants that became ~60 uniform
-#   instructions a slab, until counters stepped once a slab replaced them (c1b6e3c; the module docstring has the
-#   timing before and after). Reading the SASS (`tools/sass.py`) finds such costs without a GPU.
+#   instructions a slab, until counters stepped once a slab replaced them (c1b6e3c), and the counters' own 64-bit
+#   arithmetic went when each pass's slabs were written out as steps built for their slab (`OUT_UNROLL`; the module
+#   docstring has the timings, and why the steps pin their copies' offsets). Reading the SASS (`tools/sass.py`)
+#   finds such costs without a GPU.
 # * `W, U, Q', U''` still make one round trip through global memory between the two kernels.
 
 # %%
