@@ -2949,6 +2949,27 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, skip=False, unroll=False
         else:
             issue_value(sm, v, hs, b, h, bh, c, t0, n, V, s, col, off, tid)
 
+    def hand_over(copy):
+        """From slab j to slab j + 1 (``hand(sm, v, hs, x, w, b, h, bh, c, t0, n, V, K, tid, r, s1, col1, s3, col3,
+        off, more)``; slab j in buffer r at ``off``, slab j + 1 is slab s1 of the pass from column col1): wait for
+        this thread's copies of slab j + 1, then the barrier, then slab j + 3 (slab s3 from column col3, if
+        ``more``) copied by ``copy`` into slab j's buffer. The loop passes :func:`issue`, ``slab_step`` the one it
+        needs."""
+
+        @cuda.jit(device=True, inline="always")
+        def hand(sm, v, hs, x, w, b, h, bh, c, t0, n, V, K, tid, r, s1, col1, s3, col3, off, more):
+            cp_async_wait_one()
+            if has_x and s1 < NSS:
+                add_x(sm, buf(r + 1 if r < 2 else 0), SW, x, b, h, s1 * SR, K, col1, V, w, tid)
+            cuda.syncthreads()  # slab j + 1 in place for all; slab j is read: its buffer takes slab j + 3
+            if more:
+                copy(sm, v, hs, b, h, bh, c, t0, n, V, s3, col3, off, tid)
+            cp_async_commit()
+
+        return hand
+
+    hand_any = hand_over(issue)
+
     def slab_step(s):
         """``unroll``: slab s of a pass as a device function ``step(sm, v, hs, o, scale, x, w, b, h, bh, c, t0, n, V,
         K, tid, ctx, acc, p, npass, rp)``: the loop's step (below) for one slab of pass p, with s a constant
@@ -2960,12 +2981,11 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, skip=False, unroll=False
         S3, D3 = (s + 3) % NSP, (s + 3) // NSP  # slab j + 3, copied into slab j's buffer once that is read
         LAST = s + 1 == NSP  # the pass's last slab: the store, and a next slab only if another pass follows
         GATE = has_g and s == NSS - 1
-        ADD_X = has_x and S1 < NSS
         FIXED = NSP % 3 == 0  # every pass's slab s in the same buffer (s mod 3)
         R = s % 3
         product = state_step if s < NSS else value_step
         arg = s if s < NSS else (s - NSS) * SR  # the state slab, or the value rows' first
-        copy = issue_state if S3 < NSS else issue_value
+        hand = hand_over(issue_state if S3 < NSS else issue_value)
 
         @cuda.jit(device=True, inline="always")
         def step(sm, v, hs, o, scale, x, w, b, h, bh, c, t0, n, V, K, tid, ctx, acc, p, npass, rp):
@@ -2982,13 +3002,8 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, skip=False, unroll=False
             if LAST:
                 store(o, acc, ctx, b, h, t0, n, col, V, scale)
             if not LAST or p + 1 < npass:
-                cp_async_wait_one()
-                if ADD_X:
-                    add_x(sm, buf(r + 1 if r < 2 else 0), SW, x, b, h, S1 * SR, K, col + D1 * CBW, V, w, tid)
-                cuda.syncthreads()  # slab j + 1 in place for all; slab j is read: its buffer takes slab j + 3
-                if p + D3 < npass:
-                    copy(sm, v, hs, b, h, bh, c, t0, n, V, S3, col + D3 * CBW, off, tid)
-                cp_async_commit()
+                hand(sm, v, hs, x, w, b, h, bh, c, t0, n, V, K, tid, r, S1, col + D1 * CBW, S3, col + D3 * CBW, off,
+                     p + D3 < npass)
 
         return step
 
@@ -3086,13 +3101,7 @@ def _out_body(C, KP, has_g, has_x, products, pad, wait, skip=False, unroll=False
                     for e in range(32):  # the next pass starts from zero (here, not at its first slab: 32 selects
                         acc[e] = float32(0.0)  # per slab there, 3 % of r3's kernel's instructions)
             if j + 1 < NSL:
-                cp_async_wait_one()
-                if has_x and s1 < NSS:
-                    add_x(sm, buf(r1), SW, x, b, h, s1 * SR, K, col1, V, w, tid)
-                cuda.syncthreads()  # slab j + 1 in place for all; slab j is read: its buffer takes slab j + 3
-                if j + 3 < NSL:
-                    issue(sm, v, hs, b, h, bh, c, t0, n, V, s3, col3, off, tid)
-                cp_async_commit()
+                hand_any(sm, v, hs, x, w, b, h, bh, c, t0, n, V, K, tid, r, s1, col1, s3, col3, off, j + 3 < NSL)
             r = r1
             s = s1
             col = col1
