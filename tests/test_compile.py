@@ -196,3 +196,45 @@ def test_fma_peak_kernel_is_multiply_adds():
     assert r.returncode == 0, r.stderr[-3000:]
     fma, mul, local = (int(x) for x in r.stdout.split())
     assert fma == fma_peak.CHAINS * fma_peak.UNROLL and mul == 0 and local == 0
+
+
+_NVVM_INLINE = r"""
+from numba import cuda, float32, int32
+from linattn_numba._common import nvvm_inline
+
+@nvvm_inline
+def axpy_row(sm, acc, off, s):
+    for e in range(4):
+        acc[e] += sm[off + 4 * s + e] * float32(2.0)
+
+def k(x, y):
+    sm = cuda.shared.array(64, float32)
+    acc = cuda.local.array(4, float32)
+    tid = cuda.threadIdx.x
+    sm[tid] = x[tid]
+    cuda.syncthreads()
+    for e in range(4):
+        acc[e] = float32(0.0)
+    axpy_row(sm, acc, 0, 1)  # constant offsets, as r3's output steps pass them
+    axpy_row(sm, acc, 32, 2)
+    for e in range(4):
+        y[4 * tid + e] = acc[e]
+
+ptx, _ = cuda.compile_ptx(k, (float32[::1], float32[::1]), cc=(9, 0))
+print("call", ptx.count("call."), "func", ptx.count(".func "), "local", ptx.count(".local"),
+      "ld.shared", ptx.count("ld.shared.f32"))
+"""
+
+
+@pytest.mark.compile
+def test_nvvm_inline_compiles_inlined_without_a_gpu():
+    """``_common.nvvm_inline`` (r3's output products: NVVM inlines them, not Numba) compiles for sm_90 where no GPU
+    is (CI: numba-cuda would ask the driver for the current device's compute capability), and the result is what
+    Numba's own inlining gives: no call left, the accumulators in registers (no local memory), the shared loads
+    still shared loads with the constant offsets folded (8 of them, one per element read)."""
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    r = subprocess.run([sys.executable, "-c", _NVVM_INLINE], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    words = r.stdout.split()
+    counts = dict(zip(words[::2], (int(w) for w in words[1::2])))
+    assert counts == {"call": 0, "func": 0, "local": 0, "ld.shared": 8}, r.stdout

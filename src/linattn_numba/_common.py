@@ -119,6 +119,47 @@ def set_kernel_attribute(compiled, attr: str, value: int):
                                     cufunc.device.id)
 
 
+class _PtxOnlyDevice:
+    """What numba-cuda asks of "the current device" when it compiles a device function on its own, where no GPU is:
+    only its compute capability, the project's target (H100 / H200; the compile tier's ``cc``)."""
+
+    compute_capability = (9, 0)
+
+
+def nvvm_inline(fn):
+    """``fn`` as a device function that NVVM inlines into its callers (``forceinline``), where ``inline="always"``
+    has Numba inline it. Same code in the end (r3's output kernel: the same FFMA and LDS counts, within 8 of its 5,648
+    SASS instructions), but Numba types and lowers ``fn`` once per signature, not once per call site: r3's output
+    with its slabs written out (``_out_body``'s steps, 8 product calls a pass) took Numba 114 s to PTX with its
+    products inlined by Numba, 42 s this way. In the simulator, an ordinary device function.
+
+    numba-cuda compiles such a function for the current device's compute capability, which fails where no GPU is
+    (the compile tier, ``linattn-numba compile-check``): there, and only for these functions, it is compiled for
+    compute capability 9.0 (its NVVM IR is linked into the kernel, which ``compile_ptx`` builds for the ``cc`` it
+    was given)."""
+    if config.ENABLE_CUDASIM:
+        return cuda.jit(device=True)(fn)
+    from numba.cuda import dispatcher
+    from numba.cuda.cudadrv.error import CudaSupportError
+
+    disp = cuda.jit(device=True, forceinline=True)(fn)
+    compile_device = disp.compile_device  # bound to disp
+
+    def compile_device_anywhere(args, return_type=None):
+        try:
+            return compile_device(args, return_type)
+        except CudaSupportError:  # no driver: compile for the default PTX target (see above)
+            real = dispatcher.get_current_device
+            dispatcher.get_current_device = _PtxOnlyDevice
+            try:
+                return compile_device(args, return_type)
+            finally:
+                dispatcher.get_current_device = real
+
+    disp.compile_device = compile_device_anywhere
+    return disp
+
+
 @contextlib.contextmanager
 def kernels_made(module, factory: str):
     """Inside the block, ``module.<factory>`` (a rung's kernel factory, e.g. r1's ``_kernel``) also records what

@@ -664,24 +664,24 @@ Both were slower. A guess, not measured: the launch is bound by instruction issu
 block's longest path, so the warps a band leaves idle at a barrier cost little while the SM's other block and the
 walker issue; ``v`` adds the partial sums' stores, loads and barrier, and the spills.
 
-The output's slabs written out (:data:`OUT_UNROLL`). In the 2fa709f profile (plain, per SASS instruction) the
-loop over an output block's slabs kept its counters -- the slab, its buffer, its pass's first column, and the same
-for slab j + 3 -- in 64-bit uniform registers: about 50 instructions a slab and warp outside the products (13.8 M,
-3.5 M and 2.4 M warp instructions in three blocks, 2 % of the launch's), and each slab's copy chose between S_c's
-and the values' path at run time. Now a pass's NSP slabs (6 at C = 64, K' = 128) are steps written out, each built
-in Python for its slab (``_out_body``'s ``slab_step``): which product, which copy follows, which buffer and whether
-the gate or the store runs are fixed when the kernel is built, and only the pass index stays a variable (a second
-pass where V > 2 C). Two things were needed on the way. Calls nested in calls (a chain of steps) made Numba copy
-each level's IR into the next, and branches on the slab compiled every path six times: minutes of compiling; the
-steps are now called one after another (out[plain] takes Numba about 1.5 minutes to PTX where the loop took
-25-30 s). And the compiler hoisted every slab's copy offsets to the block's start, held across the products: ptxas
-spilled 24 bytes (plain) and 96 (decay, where the walk's copies reloaded spilled values every chunk). Each step now
-passes its chunk, first row and pass through :func:`linattn_numba.vec.pinned` (a ``mov.b64`` the compiler may not
-move), so its offsets are computed where it copies: 0 bytes spilled, 128 registers, 7,304 / 7,624 SASS instructions
-for the overlapped launch (plain / decay; 4,896 / 5,200 with the loop: the products are now six loops, not two).
-The output is the same bit for bit (``tests/test_r3_shared.py::test_out_unroll``: 3, 5, 6 and 9 slabs a pass, two
-passes, against the loop). Timed on an H100 (no H200 was lent), standard shape, oracle-checked, one process per
-recurrence, ms (``figures/data/probes/h100_tune_r3_unroll_*_{763c9fc,81f9db1}.json``):
+The output's slabs written out (:data:`OUT_UNROLL`). In the 2fa709f profile (plain, per SASS instruction) the loop
+over an output block's slabs kept its counters -- the slab, its buffer, its pass's first column, and the same for
+slab j + 3 -- in 64-bit uniform registers: about 50 instructions a slab and warp outside the products (13.8 M, 3.5 M
+and 2.4 M warp instructions in three blocks, 2 % of the launch's), and each slab's copy chose between S_c's and the
+values' path at run time. Now a pass's NSP slabs (6 at C = 64, K' = 128) are steps written out, each built in Python
+for its slab (``_out_body``'s ``slab_step``): which product, which copy follows, which buffer and whether the gate
+or the store runs are fixed when the kernel is built, and only the pass index stays a variable (a second pass where
+V > 2 C). Two things were needed on the way. Calls nested in calls (a chain of steps) made Numba copy each level's
+IR into the next, and branches on the slab compiled every path six times: minutes of compiling; the steps are now
+called one after another (and their products are inlined by NVVM: below). And the compiler hoisted every slab's copy
+offsets to the block's start, held across the products: ptxas spilled 24 bytes (plain) and 96 (decay, where the
+walk's copies reloaded spilled values every chunk). Each step now passes its chunk, first row and pass through
+:func:`linattn_numba.vec.pinned` (a ``mov.b64`` the compiler may not move), so its offsets are computed where it
+copies: 0 bytes spilled, 128 registers, 7,304 / 7,624 SASS instructions for the overlapped launch (plain / decay;
+4,896 / 5,200 with the loop: the products are now six loops, not two). The output is the same bit for bit
+(``tests/test_r3_shared.py::test_out_unroll``: 3, 5, 6 and 9 slabs a pass, two passes, against the loop). Timed on
+an H100 (no H200 was lent), standard shape, oracle-checked, one process per recurrence, ms
+(``figures/data/probes/h100_tune_r3_unroll_*_{763c9fc,81f9db1}.json``):
 
 ======================================  ==========================  ==========================
 tree                                    plain (loop / written out)  decay (loop / written out)
@@ -695,6 +695,16 @@ tree                                    plain (loop / written out)  decay (loop 
 Plain 2.9 % faster, decay 1.3-2.1 %. Not timed on the H200, so the issue's targets are not judged by it. The delta
 family's output kernel (``_out_kernel``) takes the same steps (not timed); r6's output on the tensor cores
 (``r6_tensor_cores._out_pipe_kernel``) keeps the loop, since its products were not compiled or timed this way.
+
+With the steps written out, Numba inlined the two products (``_out_fma_products``' ``fma_state`` and
+``fma_value``, each a loop nest of 8-step FMA tiles) into every step, typing and lowering each copy: out[plain]
+took 114 s to PTX on the 2-core CI machine, the overlapped launch about 4 minutes, and the GPU tier of the additive
+family 419 s on the H100 against 260 before (``figures/data/probes/h100_gpu_tests_9210941.log``). They are now
+inlined by NVVM instead (:func:`linattn_numba._common.nvvm_inline`, ``forceinline``): Numba compiles each once,
+and out[plain] takes 42-48 s (the loop form: 25-30 s), the overlapped launch about a minute. The SASS differs in
+a few integer instructions only (``tools/sass.py``, sm_90: the overlapped launch 7,304 instructions for plain as
+before, 7,632 for decay against 7,624; the same FFMA and LDS counts, 128 registers, no spills), so its time was
+not measured again.
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule
@@ -774,7 +784,7 @@ import math
 import numpy as np
 from numba import config, cuda, float32, int64, types, uint32
 
-from .._common import (FLAG_COMBOS, INPUT_DTYPES, SMEM_MAX, array_type, cdiv, launch_dynamic, or_dummy,
+from .._common import (FLAG_COMBOS, INPUT_DTYPES, SMEM_MAX, array_type, cdiv, launch_dynamic, nvvm_inline, or_dummy,
                        rows_aligned, scratch, scratch_key)
 from .._common import SMEM_STATIC_LIMIT  # noqa: F401 - r3's name for the 48 KB limit (notebook r3_shared reads it)
 from ..reference import RECURRENCES
@@ -2788,7 +2798,7 @@ def _out_fma_products(C, KP, band=16, eorder=False, step8=False):
     mm = _mm_4x8_loop(eorder, 16)
     mmv = _mm_4x8_loop(eorder, 8 if band == 8 and step8 else 16)  # Aqk V: 8-row bands stop on multiples of 8
 
-    @cuda.jit(device=True, inline="always")
+    @nvvm_inline  # called from each slab's step (OUT_UNROLL): inlined by Numba, 2.7x the compile time
     def fma_state(sm, acc, ctx, off, s):
         mm(sm, acc, O_Q + s * SR, KS, ctx, off, CBW, ctx[4], HB, SR)
 
@@ -2799,7 +2809,7 @@ def _out_fma_products(C, KP, band=16, eorder=False, step8=False):
             for e in range(8):
                 acc[8 * i + e] *= gr
 
-    @cuda.jit(device=True, inline="always")
+    @nvvm_inline
     def fma_value(sm, acc, ctx, off, sv):
         kd = min(SR, ctx[5] - sv)
         if kd > 0:
