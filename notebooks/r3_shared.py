@@ -636,7 +636,10 @@ else:
 #   instructions a slab, until counters stepped once a slab replaced them (c1b6e3c), and the counters' own 64-bit
 #   arithmetic went when each pass's slabs were written out as steps built for their slab (`OUT_UNROLL`; the module
 #   docstring has the timings, and why the steps pin their copies' offsets). Reading the SASS (`tools/sass.py`)
-#   finds such costs without a GPU.
+#   finds such costs without a GPU. Code written out is paid for at compile time: Numba's `inline="always"` copies
+#   a device function's IR into every call site and types it there, so six steps each inlining a product took
+#   Numba about two minutes; inlined by NVVM instead (`_common.nvvm_inline`, `forceinline`), each product is
+#   compiled once and the SASS is the same but for a few integer instructions.
 # * `W, U, Q', U''` still make one round trip through global memory between the two kernels.
 
 # %%
