@@ -199,7 +199,7 @@ def test_fma_peak_kernel_is_multiply_adds():
 
 
 _NVVM_INLINE = r"""
-from numba import cuda, float32, int32
+from numba import cuda, float32
 from linattn_numba._common import nvvm_inline
 
 @nvvm_inline
