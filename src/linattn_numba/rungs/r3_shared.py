@@ -703,8 +703,12 @@ family 419 s on the H100 against 260 before (``figures/data/probes/h100_gpu_test
 inlined by NVVM instead (:func:`linattn_numba._common.nvvm_inline`, ``forceinline``): Numba compiles each once,
 and out[plain] takes 42-48 s (the loop form: 25-30 s), the overlapped launch about a minute. The SASS differs in
 a few integer instructions only (``tools/sass.py``, sm_90: the overlapped launch 7,304 instructions for plain as
-before, 7,632 for decay against 7,624; the same FFMA and LDS counts, 128 registers, no spills), so its time was
-not measured again.
+before, 7,632 for decay against 7,624; the same FFMA and LDS counts, 128 registers, no spills), so it was not
+timed against the Numba-inlined form. The bench with both (a2da338, an H100, one process, oracle-checked:
+``figures/data/probes/h100_r3_a2da338.json``) against the H100 bench before the written-out slabs (4b3c410,
+``h100_r3_4b3c410.json``): plain 1.2868 -> 1.2623 ms, decay 1.3212 -> 1.2873, fla ``chunk_simple_gla`` 0.9595 /
+1.0255 and 0.9590 / 1.0272; r0 plain 125.48 ms there, 99.4x r3's. The GPU tier of the delta family, whose output
+kernel takes the same steps, passes there (``probes/h100_gpu_tests_delta_a2da338_*.log``).
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule
