@@ -709,8 +709,8 @@ timed against the Numba-inlined form. The bench with both (a2da338, an H100, one
 ``h100_r3_4b3c410.json``): plain 1.2868 -> 1.2623 ms, decay 1.3212 -> 1.2873, fla ``chunk_simple_gla`` in the
 same runs (plain / decay) 0.9595 / 1.0255 -> 0.9590 / 1.0272; r0 plain took 125.48 ms there, 99.4x r3's time. On
 that H100 the delta family's output kernel, which takes the same steps, met the oracle in every rung's GPU test
-(``every_rung_large``: 8 passed) and in 4 or more of the 8 ``split_delta_large`` cases, the rest cut by the
-call's time limit (``probes/h100_gpu_tests_delta_a2da338_*.log``).
+(``every_rung_large``: 8 passed) and in 4 or more of the 8 ``split_delta_large`` cases (a run cut by its time
+limit, which did not print which cases it finished: ``probes/h100_gpu_tests_delta_a2da338_*.log``).
 
 It runs where :func:`split_fits` (float32 inputs and output with 16-byte aligned rows; whole rows for the fixed
 copy maps: at K' = 128, C = 32 or 64) and ``hs`` is at most :data:`SPLIT_MAX_BYTES`; elsewhere the fused schedule
